@@ -1,0 +1,13 @@
+"""The op model: shape grammar, dims vocabulary, registry, backends, fingerprints, errors."""
+
+from .backends import BACKENDS, Backend, declare_backend
+from .case import Case
+from .errors import BackendUnavailable, DispatchError
+from .registry import Implementation, Op, register_kernel
+from .shapes import BOOL, F32, FLOAT, FP32, HALF, INT, Bool, Float, Half, Int, TensorSpec
+
+__all__ = [
+    "BACKENDS", "Backend", "declare_backend", "Case", "BackendUnavailable", "DispatchError",
+    "Implementation", "Op", "register_kernel", "BOOL", "F32", "FLOAT", "FP32", "HALF", "INT",
+    "Bool", "Float", "Half", "Int", "TensorSpec",
+]

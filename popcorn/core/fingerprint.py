@@ -1,0 +1,45 @@
+"""Code fingerprints: a hash of normalized AST, blind to comments, docstrings and decorators.
+
+Records carry the fingerprint of the reference and of each adapter, so evidence measured
+against older code is recognised as stale without comparing versions.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import inspect
+import textwrap
+
+
+def _strip(node: ast.AST) -> ast.AST:
+    for child in ast.walk(node):
+        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            child.decorator_list = []
+        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Module)):
+            body = child.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant) \
+                    and isinstance(body[0].value.value, str):
+                child.body = body[1:] or [ast.Pass()]
+    return node
+
+
+def normalized_source(obj) -> str:
+    """The AST dump of ``obj``'s source (a function or class), or of ``obj`` itself if a string."""
+    source = obj if isinstance(obj, str) else textwrap.dedent(inspect.getsource(obj))
+    return ast.dump(_strip(ast.parse(source)), annotate_fields=False, include_attributes=False)
+
+
+def fingerprint(*objs) -> str:
+    """12 hex chars identifying the code of ``objs`` (functions, classes or source strings); None is skipped."""
+    h = hashlib.sha1()
+    for obj in objs:
+        if obj is None:
+            continue
+        try:
+            h.update(normalized_source(obj).encode())
+        except (OSError, TypeError):
+            # Builtins and lambdas built at runtime have no source; their qualified name stands in.
+            h.update(f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', repr(obj))}".encode())
+        h.update(b"\0")
+    return h.hexdigest()[:12]

@@ -1,0 +1,263 @@
+"""The op registry: a reference function becomes an Op; backends register implementations on it.
+
+``@register_kernel`` returns an :class:`Op` called exactly like the reference (same signature,
+defaults and docstring) plus keyword-only ``backend=`` and ``bench=``. The reference ``torch``
+and ``compile`` (torch.compile of the reference) are registered on every op.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+import os
+import re
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from . import metadata
+from .backends import Backend, family
+from .errors import DispatchError
+from .fingerprint import fingerprint
+from .shapes import Binding, TensorSpec, bind
+
+_IMPL_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*(:[a-z0-9][a-z0-9_-]*)?$")
+REFERENCE = "torch"
+
+
+def _gate_kind(value) -> str:
+    if value is None:
+        return "absent"
+    if isinstance(value, (set, frozenset)) and value and all(isinstance(v, torch.dtype) for v in value):
+        return "dtype"
+    return "values"
+
+
+@dataclass
+class Implementation:
+    """One backend of one op: a callable with its family, gates, predicate and grad support.
+
+    ``gates`` maps a parameter to ``None`` (the optional tensor must be absent), a set of torch
+    dtypes (the tensor's dtype must be in it) or a collection of admitted scalar values.
+    """
+
+    op: Op
+    name: str
+    fn: Callable | None = None  # an adapter called with the reference's parameters by keyword
+    source: str | None = None  # "module:attr", imported on first use, called positionally
+    gates: dict[str, Any] = field(default_factory=dict)
+    predicate: Callable[..., bool] | None = None
+    forward_only: bool = False
+
+    def __post_init__(self):
+        if not _IMPL_NAME.match(self.name):
+            raise ValueError(f"bad implementation name {self.name!r}: use 'backend' or 'backend:variant' in [a-z0-9_-]")
+        if (self.fn is None) == (self.source is None):
+            raise ValueError(f"{self.op.name}['{self.name}']: give exactly one of an adapter function or source=")
+        self.backend: Backend = family(self.name)
+        params = list(self.op.signature.parameters)
+        for gate in self.gates:
+            if gate not in params:
+                raise ValueError(f"{self.op.name}['{self.name}']: gate on unknown parameter '{gate}' (have {params})")
+        if self.fn is not None and self.name != REFERENCE:
+            got = list(inspect.signature(self.fn).parameters)
+            if got != params:
+                raise ValueError(f"{self.op.name}['{self.name}']: adapter parameters {got} must be the reference's {params}")
+        self.impl_hash = fingerprint(self.fn, self.predicate, self.source,
+                                     repr(sorted((k, repr(v)) for k, v in self.gates.items())),
+                                     f"forward_only={self.forward_only}")
+
+    @functools.cached_property
+    def _resolved(self) -> Callable:
+        if self.fn is not None:
+            return self.fn
+        module, _, attr = self.source.partition(":")
+        obj = importlib.import_module(module)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+        return obj
+
+    @property
+    def available(self) -> bool:
+        return self.backend.available
+
+    def rejects(self, arguments: dict, grad: bool) -> str | None:
+        """Why this implementation cannot serve the call, or None when it can."""
+        problem = self.backend.problem()
+        if problem:
+            return problem
+        if self.forward_only and grad:
+            return "no backward implementation (forward_only); call under torch.no_grad() or pick another backend"
+        for name, gate in self.gates.items():
+            value = arguments.get(name)
+            kind = _gate_kind(gate)
+            if kind == "absent" and value is not None:
+                return f"'{name}' must be None"
+            if kind == "dtype" and isinstance(value, torch.Tensor) and value.dtype not in gate:
+                allowed = ", ".join(sorted(str(d).removeprefix("torch.") for d in gate))
+                return f"'{name}' dtype {str(value.dtype).removeprefix('torch.')} is not one of {allowed}"
+            if kind == "values" and value not in gate:
+                return f"'{name}'={value!r} is not one of {sorted(gate, key=repr)}"
+        if self.predicate is not None and not self.predicate(**arguments):
+            return f"predicate {getattr(self.predicate, '__name__', 'predicate')} declined the call"
+        return None
+
+    def invoke(self, arguments: dict):
+        fn = self._resolved
+        if self.fn is not None:
+            return fn(**arguments)
+        return fn(*arguments.values())
+
+    def __call__(self, *args, **kwargs):
+        return self.op(*args, backend=self.name, **kwargs)
+
+    def __repr__(self) -> str:
+        notes = []
+        if self.forward_only:
+            notes.append("fwd-only")
+        if self.gates:
+            notes.append("gates=" + ",".join(self.gates))
+        if self.predicate is not None:
+            notes.append("predicate")
+        return f"{self.op.name}['{self.name}']" + (f" ({'; '.join(notes)})" if notes else "")
+
+
+def _scalar_pool(param: inspect.Parameter, declared) -> tuple:
+    """Declared values (default first), else a Literal's values, [False, True] for bools, else the default."""
+    default = param.default
+    if declared is not None:
+        values = list(declared)
+    elif typing.get_origin(param.annotation) is typing.Literal:
+        values = list(typing.get_args(param.annotation))
+    elif param.annotation is bool or isinstance(default, bool):
+        values = [False, True]
+    else:
+        values = [default]
+    if default is not inspect.Parameter.empty:
+        values = [default] + [v for v in values if v != default or type(v) is not type(default)]
+    return tuple(values)
+
+
+class Op:
+    """An op: its reference, contract (annotations, scalar pools, input domains) and implementations."""
+
+    def __init__(self, fn: Callable, *, name: str | None = None, args: dict | None = None,
+                 inputs: dict | None = None, tags=(), compile: bool = True):
+        self.reference = fn
+        self.name = name or fn.__name__
+        self.signature = inspect.signature(fn, eval_str=True)
+        self.specs: dict[str, TensorSpec] = {}
+        self.scalars: dict[str, Any] = {}
+        for p in self.signature.parameters.values():
+            if isinstance(p.annotation, TensorSpec):
+                if p.annotation.optional and p.default is not None:
+                    raise ValueError(f"{self.name}: optional tensor '{p.name}' must default to None")
+                self.specs[p.name] = p.annotation
+            elif p.default is inspect.Parameter.empty:
+                raise ValueError(f"{self.name}: '{p.name}' is neither an annotated tensor nor a scalar with a default")
+            else:
+                self.scalars[p.name] = p.default
+        unknown = set(args or {}) - set(self.scalars)
+        if unknown:
+            raise ValueError(f"{self.name}: scalar pools for unknown parameters {sorted(unknown)}")
+        self.arg_pools = {n: _scalar_pool(self.signature.parameters[n], (args or {}).get(n)) for n in self.scalars}
+        self.domains = dict(inputs or {})
+        if set(self.domains) - set(self.specs):
+            raise ValueError(f"{self.name}: input domains for unknown tensors {sorted(set(self.domains) - set(self.specs))}")
+        ret = self.signature.return_annotation
+        self.outputs: tuple[TensorSpec, ...] = tuple(
+            a for a in (typing.get_args(ret) if typing.get_origin(ret) is tuple else (ret,)) if isinstance(a, TensorSpec))
+        self.optional = tuple(n for n, s in self.specs.items() if s.optional)
+        self.meta = metadata.parse(self.name, fn.__doc__, tags)
+        self.ref_hash = fingerprint(fn)
+        self.implementations: dict[str, Implementation] = {}
+        self.implementations[REFERENCE] = Implementation(self, REFERENCE, fn=fn)
+        functools.update_wrapper(self, fn)
+        params = list(self.signature.parameters.values()) + [
+            inspect.Parameter("backend", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=str | None),
+            inspect.Parameter("bench", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=bool | None),
+        ]
+        self.__signature__ = self.signature.replace(parameters=params)
+        if compile:
+            from .compiled import compiled  # the compile backend is part of every op
+
+            self.register("compile", compiled(self))
+
+    # -- metadata -------------------------------------------------------------------------
+    summary = property(lambda self: self.meta.summary)
+    math = property(lambda self: self.meta.math)
+    citations = property(lambda self: self.meta.citations)
+    tags = property(lambda self: self.meta.tags)
+
+    # -- registration ---------------------------------------------------------------------
+    def register(self, name: str, fn: Callable | None = None, *, source: str | None = None,
+                 gates: dict | None = None, predicate: Callable | None = None, forward_only: bool = False):
+        """Register implementation ``name``: ``op.register(name, adapter)``, ``op.register(name,
+        source="pkg.mod:fn")`` or as a decorator ``@op.register(name, gates=...)``. Returns the adapter."""
+        if fn is None and source is None:
+            return lambda f: (self.register(name, f, gates=gates, predicate=predicate, forward_only=forward_only), f)[1]
+        if name in self.implementations:
+            raise ValueError(f"{self.name}: implementation '{name}' is already registered")
+        self.implementations[name] = Implementation(self, name, fn=fn, source=source, gates=dict(gates or {}),
+                                                    predicate=predicate, forward_only=forward_only)
+        return fn
+
+    def __getitem__(self, name: str) -> Implementation:
+        try:
+            return self.implementations[name]
+        except KeyError:
+            raise DispatchError(
+                f"{self.name} has no backend '{name}'; registered: {', '.join(self.implementations)}") from None
+
+    def available_backends(self) -> list[str]:
+        """Registered backends whose package is installed in a supported version, in registration order."""
+        return [n for n, impl in self.implementations.items() if impl.available]
+
+    # -- calling --------------------------------------------------------------------------
+    def arguments(self, args, kwargs) -> dict:
+        """Bind a call to the reference signature, defaults applied."""
+        try:
+            bound = self.signature.bind(*args, **kwargs)
+        except TypeError as e:
+            raise DispatchError(f"{self.name}{self.signature}: {e}") from None
+        bound.apply_defaults()
+        return bound.arguments
+
+    def bind(self, arguments: dict) -> Binding:
+        """Check the call against the annotations and bind its dims; raises DispatchError."""
+        return bind(self.name, self.specs, arguments)
+
+    def needs_grad(self, arguments: dict) -> bool:
+        return torch.is_grad_enabled() and any(
+            isinstance(v, torch.Tensor) and v.requires_grad for v in arguments.values())
+
+    def __call__(self, *args, backend: str | None = None, bench: bool | None = None, **kwargs):
+        arguments = self.arguments(args, kwargs)
+        self.bind(arguments)
+        if bench or (bench is None and os.environ.get("POPCORN_BENCH") == "1"):
+            raise NotImplementedError("runtime benchmarking (bench=True / POPCORN_BENCH=1) is not available yet")
+        impl = self.implementations[REFERENCE] if backend is None else self[backend]
+        reason = impl.rejects(arguments, self.needs_grad(arguments))
+        if reason:
+            raise DispatchError(f"{self.name}: backend '{impl.name}' rejected the call: {reason}")
+        return impl.invoke(arguments)
+
+    def __repr__(self) -> str:
+        return f"<op {self.name}: {', '.join(self.implementations)}>"
+
+
+def register_kernel(fn: Callable | None = None, *, name: str | None = None, args: dict | None = None,
+                    inputs: dict | None = None, tags=(), compile: bool = True):
+    """Turn a pure-PyTorch reference into an :class:`Op`.
+
+    ``args`` gives scalar value pools for the case plan (the default always comes first);
+    ``inputs`` maps a tensor parameter to ``fn(shape, case, generator) -> Tensor`` when random
+    normal draws are not valid inputs (probabilities, indices, cu_seqlens); ``tags`` come from
+    :data:`popcorn.core.metadata.TAGS`.
+    """
+    def wrap(f):
+        return Op(f, name=name, args=args, inputs=inputs, tags=tags, compile=compile)
+    return wrap(fn) if fn is not None else wrap

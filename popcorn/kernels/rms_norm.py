@@ -1,0 +1,23 @@
+"""rms_norm: root-mean-square normalization over the last dimension."""
+
+import torch
+
+from popcorn.core import Float, register_kernel
+from popcorn.core.numerics import upcast
+
+
+@register_kernel(args={"eps": [1e-6, 1e-5]}, tags=("normalization",))
+def rms_norm(
+    x: Float["... normalized_shape"],
+    weight: Float["normalized_shape"],
+    eps: float = 1e-6,
+) -> Float["... normalized_shape"]:
+    """Root-mean-square normalization over the last dimension, scaled by a learned weight.
+
+    $$y = \\frac{x}{\\sqrt{\\tfrac{1}{n}\\sum_{i=1}^{n} x_i^2 + \\epsilon}} \\odot w$$
+
+    [Zhang and Sennrich, 2019](https://arxiv.org/abs/1910.07467)
+    """
+    xf = upcast(x)
+    y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return (y * upcast(weight)).to(x.dtype)
