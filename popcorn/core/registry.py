@@ -240,6 +240,7 @@ class Op:
         if bench or (bench is None and os.environ.get("POPCORN_BENCH") == "1"):
             raise NotImplementedError("runtime benchmarking (bench=True / POPCORN_BENCH=1) is not available yet")
         impl = self.implementations[REFERENCE] if backend is None else self[backend]
+        impl.backend.require()  # a missing package says which extra to install
         reason = impl.rejects(arguments, self.needs_grad(arguments))
         if reason:
             raise DispatchError(f"{self.name}: backend '{impl.name}' rejected the call: {reason}")

@@ -1,0 +1,71 @@
+"""The ``popcorn`` command. Subcommands import what they need lazily, so ``--help`` stays fast."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def _catalog(args) -> int:
+    from popcorn.core.backends import BACKENDS
+    from popcorn.kernels import OPS
+
+    unknown = [name for name in args.ops if name not in OPS]
+    if unknown:
+        print(f"unknown op(s): {', '.join(unknown)}; known: {', '.join(sorted(OPS))}", file=sys.stderr)
+        return 2
+    ops = [OPS[n] for n in (args.ops or sorted(OPS))]
+    if args.json:
+        rows = [{
+            "op": op.name, "summary": op.summary, "tags": list(op.tags),
+            "backends": {n: {"installed": i.available, "problem": i.backend.problem(),
+                             "forward_only": i.forward_only, "gates": sorted(i.gates)}
+                         for n, i in op.implementations.items()},
+        } for op in ops]
+        print(json.dumps(rows, indent=2))
+        return 0
+    width = max(len(op.name) for op in ops)
+    for op in ops:
+        marks = "  ".join(f"{n}{'' if i.available else ' (missing)'}" for n, i in op.implementations.items())
+        print(f"{op.name:<{width}}  {marks}")
+        if args.ops:
+            print(f"{'':<{width}}  {op.summary}")
+            print(f"{'':<{width}}  $$ {op.math} $$")
+            print(f"{'':<{width}}  args: {op.arg_pools}   tags: {', '.join(op.tags)}")
+    used = {i.backend.name for op in ops for i in op.implementations.values()}
+    missing = [b for name, b in BACKENDS.items() if b.problem() and (name in used or not args.ops)]
+    print(f"\n{len(ops)} ops, {sum(len(op.implementations) for op in ops)} implementations")
+    for b in missing:
+        print(f"  {b.problem()}")
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="popcorn", description="Validate, benchmark and dispatch GPU kernels "
+                                "against pure-PyTorch references.")
+    groups = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    ops = groups.add_parser("ops", help="list the op catalog with each op's backends and their install state")
+    ops.add_argument("ops", nargs="*", help="ops to describe in detail (default: all, one line each)")
+    ops.add_argument("--json", action="store_true", help="print the catalog as JSON")
+    ops.set_defaults(run=_catalog)
+
+    bench = groups.add_parser("bench", help="measure backends against the reference (validate, benchmark, fill)")
+    bench.set_defaults(run=lambda a: bench.print_help() or 0)
+    sweep = groups.add_parser("sweep", help="run the full measurement sweep through Dagster, locally or on Slurm")
+    sweep.set_defaults(run=lambda a: sweep.print_help() or 0)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "run", None):
+        parser.print_help()
+        return 0
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,24 @@
+"""embedding: a table lookup of rows of weight by index."""
+
+import torch
+
+from popcorn.core import Float, Int, register_kernel
+
+
+def indices_domain(shape, case, generator) -> torch.Tensor:
+    """Row indices in [0, vocab)."""
+    return torch.randint(0, case.dims["vocab"], shape, generator=generator, dtype=torch.int64)
+
+
+@register_kernel(inputs={"indices": indices_domain}, tags=("embedding",))
+def embedding(
+    indices: Int["tokens"],
+    weight: Float["vocab hidden"],
+) -> Float["tokens hidden"]:
+    """Rows of the embedding table selected by integer indices.
+
+    $$y_t = W_{i_t,:}$$
+
+    [torch.nn.functional.embedding](https://pytorch.org/docs/stable/generated/torch.nn.functional.embedding.html)
+    """
+    return weight[indices]

@@ -1,0 +1,22 @@
+"""gelu: the Gaussian error linear unit, exact (erf) or tanh-approximated."""
+
+from typing import Literal
+
+import torch.nn.functional as F
+
+from popcorn.core import Float, register_kernel
+from popcorn.core.numerics import upcast
+
+
+@register_kernel(tags=("activation",))
+def gelu(
+    x: Float["... hidden"],
+    approximate: Literal["none", "tanh"] = "none",
+) -> Float["... hidden"]:
+    """Gaussian error linear unit, exact (erf) or tanh-approximated, computed in fp32.
+
+    $$\\operatorname{GELU}(x) = x\\,\\Phi(x) = \\tfrac{x}{2}\\left(1 + \\operatorname{erf}(x/\\sqrt{2})\\right) \\approx \\tfrac{x}{2}\\left(1 + \\tanh\\left(\\sqrt{2/\\pi}\\,(x + 0.044715\\,x^3)\\right)\\right)$$
+
+    [Hendrycks and Gimpel, 2016](https://arxiv.org/abs/1606.08415)
+    """
+    return F.gelu(upcast(x), approximate=approximate).to(x.dtype)

@@ -1,0 +1,29 @@
+"""layer_norm: layer normalization over the last dimension."""
+
+import torch
+
+from popcorn.core import Float, register_kernel
+from popcorn.core.numerics import upcast
+
+
+@register_kernel(args={"eps": [1e-5, 1e-6]}, tags=("normalization",))
+def layer_norm(
+    x: Float["... normalized_shape"],
+    weight: Float["normalized_shape"],
+    bias: Float["normalized_shape"] | None = None,
+    eps: float = 1e-5,
+) -> Float["... normalized_shape"]:
+    """Layer normalization over the last dimension with a learned scale and optional shift.
+
+    $$y = \\frac{x - \\mu}{\\sqrt{\\sigma^2 + \\epsilon}} \\odot w + b, \\quad \\mu = \\tfrac{1}{n}\\sum_{i=1}^{n} x_i, \\quad \\sigma^2 = \\tfrac{1}{n}\\sum_{i=1}^{n} (x_i - \\mu)^2$$
+
+    [Ba et al., 2016](https://arxiv.org/abs/1607.06450)
+    """
+    xf = upcast(x)
+    mean = xf.mean(-1, keepdim=True)
+    centered = xf - mean
+    var = centered.pow(2).mean(-1, keepdim=True)  # biased variance
+    y = centered * torch.rsqrt(var + eps) * upcast(weight)
+    if bias is not None:
+        y = y + upcast(bias)
+    return y.to(x.dtype)

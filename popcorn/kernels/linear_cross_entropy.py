@@ -1,0 +1,32 @@
+"""linear_cross_entropy: an lm_head projection followed by cross-entropy (the fused-linear loss)."""
+
+from typing import Literal
+
+import torch
+
+from popcorn.core import Float, Int, register_kernel
+
+from .cross_entropy import _cross_entropy_from_logits, target_domain
+
+
+@register_kernel(args={"label_smoothing": [0.0, 0.1]}, inputs={"target": target_domain}, tags=("loss", "fused"))
+def linear_cross_entropy(
+    x: Float["tokens hidden"],
+    weight: Float["vocab hidden"],
+    target: Int["tokens"],
+    bias: Float["vocab"] | None = None,
+    ignore_index: int = -100,
+    label_smoothing: float = 0.0,
+    reduction: Literal["mean", "sum", "none"] = "mean",
+) -> Float["..."]:
+    """Cross-entropy of the logits x W^T (+ b), computed in the native dtype and upcast to fp32 for the loss.
+
+    $$z_t = x_t W^\\top + b, \\quad \\ell_t = (1-\\varepsilon)\\left(-\\log \\mathrm{softmax}(z_t)_{y_t}\\right) + \\frac{\\varepsilon}{V}\\sum_{c=1}^{V} -\\log \\mathrm{softmax}(z_t)_c, \\quad \\mathcal{L}_{\\text{mean}} = \\frac{\\sum_{t: y_t \\ne \\text{ignore}} \\ell_t}{|\\{t: y_t \\ne \\text{ignore}\\}|}$$
+
+    [Liger Kernel fused linear cross entropy](https://arxiv.org/abs/2410.10989)
+    [Wijmans et al., 2024 (Cut Your Losses)](https://arxiv.org/abs/2411.09009)
+    """
+    logits = x @ weight.transpose(0, 1)
+    if bias is not None:
+        logits = logits + bias
+    return _cross_entropy_from_logits(logits, target, ignore_index, label_smoothing, reduction)

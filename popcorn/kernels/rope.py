@@ -1,0 +1,58 @@
+"""rope: rotary position embedding of queries and keys (HF Llama apply_rotary_pos_emb)."""
+
+import torch
+
+from popcorn.core import Float, register_kernel
+from popcorn.core.numerics import upcast
+
+ROPE_BASE = 10000.0
+
+
+def _rotary_table(shape, case, generator, *, fn):
+    """A real rotary table of ``shape`` = (cos_batch, seq, head_dim): positions 0..seq-1 in every row."""
+    cos_batch, seq, head_dim = shape
+    inv_freq = ROPE_BASE ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+    freqs = torch.outer(torch.arange(seq, dtype=torch.float64), inv_freq)
+    emb = torch.cat((freqs, freqs), dim=-1)[..., :head_dim]  # odd head_dim (rejected by rope) still fits
+    return fn(emb).expand(cos_batch, seq, head_dim).clone()
+
+
+def _cos(shape, case, generator):
+    return _rotary_table(shape, case, generator, fn=torch.cos)
+
+
+def _sin(shape, case, generator):
+    return _rotary_table(shape, case, generator, fn=torch.sin)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+@register_kernel(inputs={"cos": _cos, "sin": _sin}, tags=("positional",))
+def rope(
+    q: Float["batch q_heads seq head_dim"],
+    k: Float["batch kv_heads seq head_dim"],
+    cos: Float["cos_batch seq head_dim"],
+    sin: Float["cos_batch seq head_dim"],
+) -> tuple[Float["batch q_heads seq head_dim"], Float["batch kv_heads seq head_dim"]]:
+    """Rotary position embedding of queries and keys with rotate_half, as in HF Llama, computed in fp32.
+
+    $$x' = x \\odot \\cos + \\operatorname{rotate\\_half}(x) \\odot \\sin, \\quad \\operatorname{rotate\\_half}([x_1, x_2]) = [-x_2, x_1]$$
+
+    [Su et al., 2021](https://arxiv.org/abs/2104.09864)
+    [HF Llama apply_rotary_pos_emb](https://github.com/huggingface/transformers/blob/main/src/transformers/models/llama/modeling_llama.py)
+    """
+    head_dim = q.shape[-1]
+    if head_dim % 2:
+        raise ValueError(f"rope: head_dim must be even to rotate halves, got {head_dim}")
+    batch, cos_batch = q.shape[0], cos.shape[0]
+    if cos_batch not in (1, batch):
+        raise ValueError(f"rope: cos/sin batch (cos_batch={cos_batch}) must be 1 or the q/k batch ({batch})")
+    c = upcast(cos).unsqueeze(1)  # (cos_batch, 1, seq, head_dim): one table for every head
+    s = upcast(sin).unsqueeze(1)
+    qf, kf = upcast(q), upcast(k)
+    q_out = qf * c + _rotate_half(qf) * s
+    k_out = kf * c + _rotate_half(kf) * s
+    return q_out.to(q.dtype), k_out.to(k.dtype)

@@ -1,0 +1,19 @@
+"""swish: x * sigmoid(x) (SiLU, swish with beta = 1)."""
+
+import torch
+
+from popcorn.core import Float, register_kernel
+from popcorn.core.numerics import upcast
+
+
+@register_kernel(tags=("activation",))
+def swish(x: Float["... hidden"]) -> Float["... hidden"]:
+    """Swish (SiLU): the input times its logistic sigmoid, computed in fp32.
+
+    $$\\operatorname{swish}(x) = x\\,\\sigma(x) = \\frac{x}{1 + e^{-x}}$$
+
+    [Ramachandran et al., 2017](https://arxiv.org/abs/1710.05941)
+    [Elfwing et al., 2017](https://arxiv.org/abs/1702.03118)
+    """
+    xf = upcast(x)
+    return (xf * torch.sigmoid(xf)).to(x.dtype)
