@@ -238,7 +238,7 @@ class Op:
         arguments = self.arguments(args, kwargs)
         self.bind(arguments)
         if bench or (bench is None and os.environ.get("POPCORN_BENCH") == "1"):
-            raise NotImplementedError("runtime benchmarking (bench=True / POPCORN_BENCH=1) is not available yet")
+            _harness("ensure")(self, args, kwargs)
         impl = self.implementations[REFERENCE] if backend is None else self[backend]
         impl.backend.require()  # a missing package says which extra to install
         reason = impl.rejects(arguments, self.needs_grad(arguments))
@@ -246,8 +246,25 @@ class Op:
             raise DispatchError(f"{self.name}: backend '{impl.name}' rejected the call: {reason}")
         return impl.invoke(arguments)
 
+    def validate(self, *args, trials: int | None = None, **kwargs) -> list:
+        """Check every eligible non-reference backend on this exact call (no timing); Records, cached."""
+        return _harness("benchmark")(self, args, kwargs, timing=False, **_trials(trials))
+
+    def benchmark(self, *args, trials: int | None = None, **kwargs) -> list:
+        """Validate, then time, every eligible non-reference backend on this exact call; Records, cached."""
+        return _harness("benchmark")(self, args, kwargs, **_trials(trials))
+
     def __repr__(self) -> str:
         return f"<op {self.name}: {', '.join(self.implementations)}>"
+
+
+def _trials(trials):
+    return {} if trials is None else {"trials": trials}
+
+
+def _harness(name: str):
+    """The harness lives above core (popcorn.bench); reach it lazily so ``import popcorn`` stays slim."""
+    return getattr(importlib.import_module("popcorn.bench.api"), name)
 
 
 def register_kernel(fn: Callable | None = None, *, name: str | None = None, args: dict | None = None,

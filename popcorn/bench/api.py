@@ -1,0 +1,157 @@
+"""op.validate / op.benchmark / bench mode: measure every eligible backend on one exact call.
+
+Results become Records written to the user cache (never to bundled reports), one log line per
+op, backend and case on the ``popcorn.bench`` logger.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import platform
+
+import torch
+
+from popcorn.core import Case, DispatchError
+from popcorn.core.inputs import make_inputs
+from popcorn.core.registry import REFERENCE, Implementation, Op
+
+from . import store
+from .compare import Result, check, describe, free_memory, is_oom
+from .record import ERROR, OOM, PASS, Record
+from .timing import measure
+
+log = logging.getLogger("popcorn.bench")
+
+DEFAULT_TRIALS = 10
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"cpu:{platform.machine()}"
+
+
+def case_of(op: Op, arguments: dict) -> Case:
+    """The Case an exact call represents; raises DispatchError when it has no single float dtype."""
+    binding = op.bind(arguments)
+    floats = [v for n, v in arguments.items() if n in op.specs and isinstance(v, torch.Tensor) and v.is_floating_point()]
+    if floats and binding.dtype is None:
+        raise DispatchError(f"{op.name}: a benchmarked call needs one float dtype, got "
+                            f"{sorted({str(v.dtype) for v in floats})}")
+    dtype = str(binding.dtype or torch.float32).removeprefix("torch.")
+    args = {n: arguments[n] for n in op.scalars}
+    present = tuple(n for n in op.optional if arguments.get(n) is not None)
+    return Case(dict(binding.dims), tuple(binding.batch or ()), dtype, args, present)
+
+
+def device_of(arguments: dict) -> torch.device:
+    for v in arguments.values():
+        if isinstance(v, torch.Tensor):
+            return v.device
+    return torch.device("cpu")
+
+
+def _record(op: Op, impl: Implementation, case: Case, result: Result, device: torch.device,
+            ref_timing: dict) -> Record:
+    fwd, bwd = result.gauges_json()
+    row = Record(
+        op=op.name, impl=impl.name, case_id=case.case_id, case=case.label, config=json.dumps(case.config()),
+        device=device_name(device), torch=torch.__version__,
+        backend_version=impl.backend.version if impl.backend.package else None,
+        ref_hash=op.ref_hash, impl_hash=impl.impl_hash, status=result.status, grad=result.grad,
+        reason=result.reason, reps=result.reps if result.status == PASS else 0, fwd=fwd, bwd=bwd,
+        timer=result.timer, bench_error=result.bench_error, **result.timing,
+    )
+    for k in ("fwd_ms", "bwd_ms", "step_ms", "fwd_mem_mb", "step_mem_mb"):
+        setattr(row, f"ref_{k}", ref_timing.get(k))
+    return row
+
+
+def _log(row: Record) -> None:
+    def ms(v):
+        return "-" if v is None else f"{v:.4g}ms"
+    log.info("%s:%s %s grad=%s %s fwd %s (torch %s) bwd %s (torch %s)%s", row.op, row.impl, row.case, row.grad,
+             row.status, ms(row.fwd_ms), ms(row.ref_fwd_ms), ms(row.bwd_ms), ms(row.ref_bwd_ms),
+             f" - {row.reason}" if row.reason else "")
+
+
+def run_case(op: Op, impl: Implementation, case: Case, draw, grad: bool, device: torch.device, *,
+             trials: int, timing: bool) -> Result:
+    """Check ``impl`` against the reference on ``case`` and, after a pass, time it."""
+    result = check(op.reference, lambda **a: impl.invoke(a), draw, trials=trials, grad=grad)
+    if result.passed and timing:
+        try:
+            result.timing, result.timer = measure(lambda **a: impl.invoke(a), draw(0), grad, device)
+        except Exception as e:  # noqa: BLE001 - a timing failure never overwrites correctness
+            if is_oom(e):
+                result.status, result.reason = OOM, f"timing: {describe(e)}"
+            else:
+                result.bench_error = describe(e)
+        finally:
+            free_memory()
+    return result
+
+
+def eligible(op: Op, arguments: dict, grad: bool, backends=None) -> list[Implementation]:
+    out = []
+    for name, impl in op.implementations.items():
+        if name == REFERENCE or (backends is not None and name not in backends):
+            continue
+        if impl.rejects(arguments, grad) is None:
+            out.append(impl)
+    return out
+
+
+def benchmark(op: Op, args: tuple, kwargs: dict, *, trials: int = DEFAULT_TRIALS, timing: bool = True,
+              backends=None, write: bool = True) -> list[Record]:
+    """Validate (and time) every eligible non-reference backend on this exact call.
+
+    The first trial uses the caller's tensors; later trials draw fresh seeded inputs of the same
+    case. Returns one Record per backend (the reference's own row is written to the cache too).
+    """
+    arguments = op.arguments(args, kwargs)
+    case = case_of(op, arguments)
+    grad = op.needs_grad(arguments)
+    device = device_of(arguments)
+
+    def draw(trial: int) -> dict:
+        return arguments if trial == 0 else make_inputs(op, case, seed=trial, device=device)
+
+    reference = op.implementations[REFERENCE]
+    ref_result = run_case(op, reference, case, draw, grad, device, trials=trials, timing=timing)
+    ref_row = _record(op, reference, case, ref_result, device, ref_result.timing)
+    rows = []
+    for impl in eligible(op, arguments, grad, backends):
+        if ref_result.status in (OOM, ERROR):
+            result = Result(ref_result.status, f"reference: {ref_result.reason}", grad=grad)
+        else:
+            result = run_case(op, impl, case, draw, grad, device, trials=trials, timing=timing)
+        rows.append(_record(op, impl, case, result, device, ref_result.timing))
+    for row in [ref_row] + rows:
+        _log(row)
+    if write:
+        store.write([ref_row] + rows)
+    return rows
+
+
+def missing(op: Op, arguments: dict) -> list[str]:
+    """Eligible backends with no current, conclusive, timed row for this exact call in the user cache."""
+    case = case_of(op, arguments)
+    grad = op.needs_grad(arguments)
+    device = device_name(device_of(arguments))
+    have = {r.impl for r in store.read(op.name)
+            if r.case_id == case.case_id and r.grad == grad and r.device == device and r.torch == torch.__version__
+            and r.conclusive and (r.benchmarked or r.status != PASS)
+            and r.current(op.ref_hash, op[r.impl].impl_hash if r.impl in op.implementations else None)}
+    return [i.name for i in eligible(op, arguments, grad) if i.name not in have]
+
+
+def ensure(op: Op, args: tuple, kwargs: dict) -> list[Record]:
+    """Bench mode: measure the call's backends that lack evidence, synchronously; user cache only."""
+    arguments = op.arguments(args, kwargs)
+    todo = missing(op, arguments)
+    if not todo:
+        return []
+    with torch.no_grad() if not op.needs_grad(arguments) else torch.enable_grad():
+        return benchmark(op, args, kwargs, backends=set(todo))

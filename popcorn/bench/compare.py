@@ -1,0 +1,279 @@
+"""Correctness: judge a candidate against the reference's fp64 truth, with the reference's own
+native-precision error as the budget.
+
+Per trial (seeded fresh inputs), the reference runs in fp64 (truth) and at native precision
+(budget), the candidate at native precision. Each floating output and each input gradient
+keeps a gauge: err = max |candidate - truth|, budget = max |reference_native - truth|,
+scale = max(1, max |truth|). A gauge passes iff err <= max(2 * budget, floor(dtype) * scale).
+Memory the candidate allocates is poisoned (NaN / max-int), so elements it never writes fail.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import json
+import warnings
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from .record import CRASH, ERROR, FAIL, OOM, PASS
+
+FLOORS = {torch.float64: 1e-10, torch.float32: 2e-5, torch.float16: 1e-3, torch.bfloat16: 2e-2}
+
+
+@dataclass
+class Gauge:
+    err: float = 0.0
+    budget: float = 0.0
+    scale: float = 1.0
+
+    def update(self, mine: torch.Tensor, native: torch.Tensor, truth: torch.Tensor) -> None:
+        truth = truth.detach().double()
+        self.err = max(self.err, _max_abs_diff(mine.detach().double(), truth))
+        self.budget = max(self.budget, _max_abs_diff(native.detach().double(), truth))
+        finite = truth[torch.isfinite(truth)]
+        if finite.numel():
+            self.scale = max(self.scale, finite.abs().max().item())
+
+    def verdict(self, floor: float) -> str | None:
+        """None when the gauge passes, else why not."""
+        if self.err != self.err or self.err == float("inf"):
+            return "err is non-finite"
+        limit = max(2 * self.budget, floor * self.scale)
+        if self.err > limit:
+            return f"err {self.err:.3g} > max(2*budget {self.budget:.3g}, floor*scale {floor * self.scale:.3g})"
+        return None
+
+    def as_dict(self) -> dict:
+        return {"err": self.err, "budget": self.budget, "scale": self.scale}
+
+
+def _max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    if a.numel() == 0:
+        return 0.0
+    same = (a == b) | (torch.isnan(a) & torch.isnan(b))  # equal infinities and NaN==NaN count as 0
+    diff = torch.where(same, torch.zeros_like(a), (a - b).abs())
+    value = diff.max().item()
+    return float("inf") if value != value else value
+
+
+@dataclass
+class Result:
+    """What measuring one candidate on one case found. ``timing`` holds the Record's timing columns."""
+
+    status: str
+    reason: str | None = None
+    fwd: dict[str, Gauge] = field(default_factory=dict)
+    bwd: dict[str, Gauge] = field(default_factory=dict)
+    reps: int = 0
+    grad: bool = False
+    timing: dict = field(default_factory=dict)
+    timer: str | None = None
+    bench_error: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.status == PASS
+
+    def gauges_json(self) -> tuple[str | None, str | None]:
+        f = json.dumps({k: g.as_dict() for k, g in self.fwd.items()}) if self.fwd else None
+        b = json.dumps({k: g.as_dict() for k, g in self.bwd.items()}) if self.bwd else None
+        return f, b
+
+
+def is_oom(e: BaseException) -> bool:
+    return isinstance(e, torch.OutOfMemoryError) or "out of memory" in str(e).lower()
+
+
+def free_memory() -> None:
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def describe(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    return f"{type(e).__name__}: {text[:500]}" if text else type(e).__name__
+
+
+@contextlib.contextmanager
+def poisoned():
+    """Fill memory torch allocates (empty, empty_like, outputs) with NaN / max-int while active."""
+    was = torch.are_deterministic_algorithms_enabled()
+    was_warn = torch.is_deterministic_algorithms_warn_only_enabled()
+    fill = torch.utils.deterministic.fill_uninitialized_memory
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.utils.deterministic.fill_uninitialized_memory = True
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # warn_only's notes on nondeterministic kernels
+            yield
+    finally:
+        torch.use_deterministic_algorithms(was, warn_only=was_warn)
+        torch.utils.deterministic.fill_uninitialized_memory = fill
+
+
+def outputs_of(out) -> list:
+    return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+def prepare(arguments: dict, dtype: torch.dtype | None, grad: bool) -> dict:
+    """A fresh copy of ``arguments``; floats cast to ``dtype`` when given, leaves requiring grad when ``grad``."""
+    out = {}
+    for k, v in arguments.items():
+        if isinstance(v, torch.Tensor):
+            v = v.detach()
+            v = v.to(dtype) if dtype is not None and v.is_floating_point() else v.clone()
+            if grad and v.is_floating_point():
+                v.requires_grad_(True)
+        out[k] = v
+    return out
+
+
+def leaves_of(arguments: dict) -> dict[str, torch.Tensor]:
+    return {k: v for k, v in arguments.items() if isinstance(v, torch.Tensor) and v.requires_grad}
+
+
+def cotangents(outputs: list, trial: int) -> list:
+    """N(0,1) cotangents for the floating outputs, seeded by the trial, drawn in fp64 on the CPU."""
+    g = torch.Generator().manual_seed(10_000 + trial)
+    return [torch.randn(o.shape, generator=g, dtype=torch.float64) for o in outputs]
+
+
+def _graded(outputs: list) -> list[int]:
+    return [i for i, o in enumerate(outputs) if isinstance(o, torch.Tensor) and o.requires_grad]
+
+
+def _backward(outputs: list, leaves: dict, cots: list, idx: list[int]) -> dict:
+    if not idx:
+        return {k: None for k in leaves}
+    outs = [outputs[i] for i in idx]
+    grads = torch.autograd.grad(outs, list(leaves.values()),
+                                [cots[i].to(outputs[i].dtype).to(outputs[i].device) for i in idx],
+                                allow_unused=True)
+    return dict(zip(leaves, grads))
+
+
+def floor_for(arguments: dict) -> float:
+    """The largest floor over the floating inputs' dtypes (a mixed fp32/bf16 call gets bf16's)."""
+    floors = [FLOORS.get(v.dtype, 2e-2) for v in arguments.values()
+              if isinstance(v, torch.Tensor) and v.is_floating_point()]
+    return max(floors, default=FLOORS[torch.float32])
+
+
+def _structure(mine: list, truth: list) -> str | None:
+    if len(mine) != len(truth):
+        return f"returned {len(mine)} outputs, the reference {len(truth)}"
+    for i, (m, t) in enumerate(zip(mine, truth)):
+        if isinstance(t, torch.Tensor) != isinstance(m, torch.Tensor):
+            return f"out{i}: returned {type(m).__name__}, the reference {type(t).__name__}"
+        if isinstance(t, torch.Tensor):
+            if tuple(m.shape) != tuple(t.shape):
+                return f"out{i}: shape {list(m.shape)}, the reference {list(t.shape)}"
+            if m.is_floating_point() != t.is_floating_point():
+                return f"out{i}: dtype {m.dtype}, the reference {t.dtype}"
+    return None
+
+
+def check(reference: Callable, candidate: Callable, draw: Callable[[int], dict], *, trials: int,
+          grad: bool) -> Result:
+    """Run ``trials`` correctness trials of ``candidate`` against ``reference``; inputs from ``draw(trial)``.
+
+    Both callables take the op's arguments by keyword. Returns a Result with status pass, fail,
+    crash (candidate raised), oom, or error (the reference or the input draw failed).
+    """
+    fwd: dict[str, Gauge] = {}
+    bwd: dict[str, Gauge] = {}
+    floor = None
+    for trial in range(trials):
+        try:
+            native = draw(trial)
+        except Exception as e:  # noqa: BLE001 - any failure to make inputs is the harness's
+            return Result(OOM if is_oom(e) else ERROR, f"inputs: {describe(e)}", fwd, bwd, trial, grad)
+        floor = floor if floor is not None else floor_for(native)
+        truth_args, budget_args = prepare(native, torch.float64, grad), prepare(native, None, grad)
+        mine_args = prepare(native, None, grad)
+        del native
+        try:
+            with torch.enable_grad() if grad else torch.no_grad():
+                truth = outputs_of(reference(**truth_args))
+                budget = outputs_of(reference(**budget_args))
+        except Exception as e:  # noqa: BLE001
+            free_memory()
+            return Result(OOM if is_oom(e) else ERROR, f"reference: {describe(e)}", fwd, bwd, trial, grad)
+        try:
+            with poisoned(), (torch.enable_grad() if grad else torch.no_grad()):
+                mine = outputs_of(candidate(**mine_args))
+        except Exception as e:  # noqa: BLE001
+            free_memory()
+            return Result(OOM if is_oom(e) else CRASH, describe(e), fwd, bwd, trial, grad)
+        problem = _structure(mine, truth)
+        if problem:
+            return Result(FAIL, problem, fwd, bwd, trial, grad)
+        for i, (m, n, t) in enumerate(zip(mine, budget, truth)):
+            if isinstance(t, torch.Tensor) and t.is_floating_point():
+                fwd.setdefault(f"out{i}", Gauge()).update(m, n, t)
+            elif isinstance(t, torch.Tensor):
+                if not torch.equal(m.cpu(), t.cpu()):
+                    return Result(FAIL, f"out{i}: integer output differs", fwd, bwd, trial, grad)
+            elif m != t:
+                return Result(FAIL, f"out{i}: {m!r} != {t!r}", fwd, bwd, trial, grad)
+        if grad:
+            idx = _graded(truth)
+            cots = cotangents(truth, trial)
+            try:
+                g_truth = _backward(truth, leaves_of(truth_args), cots, idx)
+                g_budget = _backward(budget, leaves_of(budget_args), cots, idx)
+            except Exception as e:  # noqa: BLE001
+                free_memory()
+                return Result(OOM if is_oom(e) else ERROR, f"reference backward: {describe(e)}", fwd, bwd, trial, grad)
+            try:
+                mine_idx = _graded(mine)
+                if mine_idx != idx:
+                    return Result(FAIL, f"outputs {idx} need gradients, the candidate's graph covers {mine_idx}",
+                                  fwd, bwd, trial, grad)
+                with poisoned():
+                    g_mine = _backward(mine, leaves_of(mine_args), cots, idx)
+            except Exception as e:  # noqa: BLE001
+                free_memory()
+                return Result(OOM if is_oom(e) else CRASH, f"backward: {describe(e)}", fwd, bwd, trial, grad)
+            for name, t in g_truth.items():
+                m, n = g_mine.get(name), g_budget.get(name)
+                if t is None:
+                    if m is not None and m.abs().sum().item() != 0:
+                        return Result(FAIL, f"grad {name}: unexpected nonzero gradient", fwd, bwd, trial, grad)
+                    continue
+                if m is None:
+                    return Result(FAIL, f"grad {name}: missing", fwd, bwd, trial, grad)
+                if tuple(m.shape) != tuple(t.shape):
+                    return Result(FAIL, f"grad {name}: shape {list(m.shape)}, the reference {list(t.shape)}",
+                                  fwd, bwd, trial, grad)
+                if n is None:
+                    return Result(ERROR, f"grad {name}: the native reference gives none", fwd, bwd, trial, grad)
+                bwd.setdefault(name, Gauge()).update(m, n, t)
+        del truth, budget, mine, truth_args, budget_args, mine_args
+    reasons = [f"{k}: {v}" for k, g in fwd.items() if (v := g.verdict(floor))]
+    reasons += [f"grad {k}: {v}" for k, g in bwd.items() if (v := g.verdict(floor))]
+    return Result(FAIL if reasons else PASS, "; ".join(reasons) or None, fwd, bwd, trials, grad)
+
+
+def compare(mine: Callable, reference: Callable, inputs: dict, *, backward: bool = True, benchmark: bool = True,
+            trials: int = 3) -> Result:
+    """Registry-free comparison of ``mine`` against ``reference`` on ``inputs`` (a dict of keyword arguments).
+
+    Every trial reuses ``inputs``; ``backward`` also checks and times gradients of the floating
+    inputs. ``timing`` in the Result carries both sides (``ref_*`` for the reference).
+    """
+    from .timing import measure  # timing builds on this module
+
+    device = next((v.device for v in inputs.values() if isinstance(v, torch.Tensor)), torch.device("cpu"))
+    result = check(reference, mine, lambda trial: inputs, trials=trials, grad=backward)
+    if result.passed and benchmark:
+        ref, _ = measure(reference, inputs, backward, device)
+        result.timing, result.timer = measure(mine, inputs, backward, device)
+        result.timing.update({f"ref_{k}": ref.get(k) for k in ("fwd_ms", "bwd_ms", "step_ms", "fwd_mem_mb",
+                                                                 "step_mem_mb")})
+    return result

@@ -1,0 +1,91 @@
+"""The user cache: one JSONL file of Records per op, safe across processes.
+
+Location: ``$POPCORN_CACHE_DIR`` or ``$XDG_CACHE_HOME/popcorn`` (``~/.cache/popcorn``), then
+``v<SCHEMA>/reports/<op>.jsonl``, so a schema change starts a fresh generation. Writers take
+an ``flock`` on ``<op>.jsonl.lock``, read, upsert by record key with the merge rule, and
+replace the file atomically; readers never see a half-written file. Bundled and published
+reports are never written here.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+
+from .record import SCHEMA, Record, prefer
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("POPCORN_CACHE_DIR")
+    if not root:
+        root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "popcorn"
+    return Path(root) / f"v{SCHEMA}" / "reports"
+
+
+def path_for(op: str, root: Path | None = None) -> Path:
+    return (root or cache_dir()) / f"{op}.jsonl"
+
+
+@contextmanager
+def _locked(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def read(op: str, root: Path | None = None) -> list[Record]:
+    """Every record cached for ``op`` (empty when none). A corrupt line raises, naming file and line."""
+    path = path_for(op, root)
+    if not path.exists():
+        return []
+    return read_file(path)
+
+
+def read_file(path: Path) -> list[Record]:
+    rows = []
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    rows.append(Record.from_json(line))
+                except (ValueError, TypeError) as e:
+                    raise ValueError(f"{path}:{n}: not a popcorn record ({e}); move the file aside to rebuild it") from e
+    return rows
+
+
+def merge(rows: list[Record], incoming: list[Record]) -> list[Record]:
+    """Upsert ``incoming`` into ``rows`` by record key with the merge rule; sorted by key."""
+    by_key = {r.key: r for r in rows}
+    for r in incoming:
+        old = by_key.get(r.key)
+        if old is None or prefer(r, old):
+            by_key[r.key] = r
+    return sorted(by_key.values(), key=lambda r: tuple("" if v is None else str(v) for v in r.key))
+
+
+def write(records: list[Record], root: Path | None = None) -> None:
+    """Fold ``records`` into the cache files of their ops, under a lock, atomically."""
+    by_op: dict[str, list[Record]] = {}
+    for r in records:
+        by_op.setdefault(r.op, []).append(r)
+    for op, rows in by_op.items():
+        path = path_for(op, root)
+        with _locked(path):
+            merged = merge(read_file(path) if path.exists() else [], rows)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{op}.", suffix=".tmp")
+            try:
+                with os.fdopen(fd, "w") as f:
+                    f.writelines(r.to_json() + "\n" for r in merged)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, path)
+            except BaseException:
+                os.unlink(tmp)
+                raise

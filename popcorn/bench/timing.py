@@ -1,0 +1,222 @@
+"""Timing and memory: forward, backward and the whole step, as median and 20/80 quantiles.
+
+CUDA: cold-L2 event timing (the L2 flush outside the timed region); when a call is too short
+for per-call events to see past launch overhead, CUDA-graph replay of many unrolled calls that
+rotate through enough input copies to defeat L2. CPU: a perf_counter loop. Peak memory comes
+from one untimed call, so no timer buffer ever counts. Host wall time per call is measured
+without synchronizing: what a training loop pays on the CPU side.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from typing import Callable
+
+import torch
+
+from .compare import _backward, _graded, cotangents, leaves_of, outputs_of, prepare
+
+GRAPH_BELOW_MS = 0.2  # per-call event timing carries ~5-10 us of launch noise; below this, replay graphs
+TARGET_MS = 100.0  # measurement budget per quantity
+MIN_REPS, MAX_REPS = 10, 2000
+
+
+def quantiles(samples: list[float]) -> tuple[float, float, float]:
+    """(median, q20, q80)."""
+    if len(samples) == 1:
+        return samples[0], samples[0], samples[0]
+    q = statistics.quantiles(samples, n=10, method="inclusive")
+    return statistics.median(samples), q[1], q[7]
+
+
+class Step:
+    """The three timed quantities of one implementation on one argument set."""
+
+    def __init__(self, fn: Callable, arguments: dict, grad: bool):
+        self.fn, self.grad = fn, grad
+        self.args = prepare(arguments, None, grad)
+        self.leaves = leaves_of(self.args)
+
+    def forward(self):
+        return self.fn(**self.args)
+
+    def _cots(self, outs):
+        if not hasattr(self, "_cot"):
+            self._cot = [c.to(o.dtype).to(o.device) if isinstance(o, torch.Tensor) and o.is_floating_point() else c
+                         for c, o in zip(cotangents(outs, 0), outs)]
+        return self._cot
+
+    def backward_of(self, outs, retain: bool):
+        idx = _graded(outs)
+        cots = self._cots(outs)
+        return torch.autograd.grad([outs[i] for i in idx], list(self.leaves.values()), [cots[i] for i in idx],
+                                   allow_unused=True, retain_graph=retain)
+
+    def step(self):
+        return self.backward_of(outputs_of(self.forward()), retain=False)
+
+    def backward_runner(self):
+        """A callable timing backward alone over one retained graph."""
+        outs = outputs_of(self.forward())
+        return lambda: self.backward_of(outs, retain=True)
+
+
+# -- CPU ----------------------------------------------------------------------------------------
+def time_cpu(call: Callable) -> list[float]:
+    call()  # warm up (first-call allocations, compile)
+    samples = []
+    start = time.perf_counter()
+    while len(samples) < MIN_REPS or (time.perf_counter() - start) * 1e3 < TARGET_MS and len(samples) < MAX_REPS:
+        t0 = time.perf_counter()
+        call()
+        samples.append((time.perf_counter() - t0) * 1e3)
+    return samples
+
+
+# -- CUDA ---------------------------------------------------------------------------------------
+class CudaTimer:
+    def __init__(self, device: torch.device):
+        self.device = device
+        props = torch.cuda.get_device_properties(device)
+        self.l2_bytes = getattr(props, "L2_cache_size", 50 * 2**20)
+        self.flush = torch.empty(max(4 * self.l2_bytes, 64 * 2**20) // 4, dtype=torch.int32, device=device)
+
+    def events(self, call: Callable) -> list[float]:
+        """Cold-L2 per-call event timing; the flush runs before the start event."""
+        call()
+        torch.cuda.synchronize(self.device)
+        est = self._estimate(call)
+        warm = min(max(3, int(25 / max(est, 1e-3))), 200)
+        for _ in range(warm):
+            call()
+        reps = min(max(MIN_REPS, int(TARGET_MS / max(est, 1e-3))), MAX_REPS)
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        for s, e in zip(starts, ends):
+            self.flush.zero_()
+            s.record()
+            call()
+            e.record()
+        torch.cuda.synchronize(self.device)
+        return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+
+    def _estimate(self, call: Callable) -> float:
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        for _ in range(3):
+            call()
+        e.record()
+        torch.cuda.synchronize(self.device)
+        return s.elapsed_time(e) / 3
+
+    def graph(self, calls: list[Callable], est_ms: float) -> list[float]:
+        """Replay a CUDA graph of unrolled calls cycling through ``calls`` (each on its own inputs).
+
+        Returns per-call milliseconds, one sample per replay.
+        """
+        stream = torch.cuda.Stream(self.device)
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(stream):
+            for c in calls * 2:  # warm up on the capture stream, as graph capture requires
+                c()
+        torch.cuda.current_stream(self.device).wait_stream(stream)
+        torch.cuda.synchronize(self.device)
+        per_graph = max(len(calls), int(math.ceil(1.0 / max(est_ms, 1e-4))))  # about 1 ms of work per replay
+        per_graph = min(len(calls) * max(1, per_graph // len(calls)), 1000)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, stream=stream):
+            for i in range(per_graph):
+                calls[i % len(calls)]()
+        g.replay()
+        torch.cuda.synchronize(self.device)
+        replays = min(max(MIN_REPS, int(TARGET_MS / max(est_ms * per_graph, 1e-3))), 200)
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(replays)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(replays)]
+        for s, e in zip(starts, ends):
+            s.record()
+            g.replay()
+            e.record()
+        torch.cuda.synchronize(self.device)
+        samples = [s.elapsed_time(e) / per_graph for s, e in zip(starts, ends)]
+        del g
+        return samples
+
+    def copies(self, arguments: dict) -> int:
+        """How many input copies a graph rotates through so one round moves 3x the L2."""
+        nbytes = sum(v.numel() * v.element_size() for v in arguments.values() if isinstance(v, torch.Tensor))
+        want = int(math.ceil(3 * self.l2_bytes / max(nbytes, 1)))
+        free, _ = torch.cuda.mem_get_info(self.device)
+        return max(1, min(want, 16, int(free * 0.25 // max(nbytes, 1))))
+
+
+def peak_mb(call: Callable, device: torch.device) -> float | None:
+    """Peak allocated memory above the pre-call baseline for one untimed call, in MiB (CUDA only)."""
+    if device.type != "cuda":
+        return None
+    torch.cuda.synchronize(device)
+    base = torch.cuda.memory_allocated(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    out = call()
+    torch.cuda.synchronize(device)
+    peak = torch.cuda.max_memory_allocated(device) - base
+    del out
+    return peak / 2**20
+
+
+def host_us(call: Callable, device: torch.device, n: int = 20) -> float:
+    """Median host wall time of one call without a device sync, in microseconds."""
+    call()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    samples = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        call()
+        samples.append((time.perf_counter() - t0) * 1e6)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return statistics.median(samples)
+
+
+def measure(fn: Callable, arguments: dict, grad: bool, device: torch.device) -> tuple[dict, str]:
+    """Time forward, backward and the step of ``fn`` on ``arguments``; returns (timing columns, timer)."""
+    step = Step(fn, arguments, grad)
+    out: dict = {}
+    out["fwd_mem_mb"] = peak_mb(step.forward, device)
+    if grad:
+        out["step_mem_mb"] = peak_mb(step.step, device)
+    timer_name = "cpu"
+    if device.type == "cuda":
+        timer = CudaTimer(device)
+        quantities = {"fwd": step.forward}
+        if grad:
+            quantities["bwd"] = step.backward_runner()
+            quantities["step"] = step.step
+        samples = {k: timer.events(c) for k, c in quantities.items()}
+        timer_name = "cuda-events"
+        if statistics.median(samples["fwd"]) < GRAPH_BELOW_MS:
+            try:
+                samples = _graph_samples(timer, fn, arguments, grad, samples)
+                timer_name = "cuda-graph"
+            except Exception:  # noqa: BLE001 - a kernel that syncs or allocates on the host cannot be captured
+                torch.cuda.synchronize(device)
+    else:
+        samples = {"fwd": time_cpu(step.forward)}
+        if grad:
+            samples["bwd"] = time_cpu(step.backward_runner())
+            samples["step"] = time_cpu(step.step)
+    for k, s in samples.items():
+        out[f"{k}_ms"], out[f"{k}_q20_ms"], out[f"{k}_q80_ms"] = (round(v, 6) for v in quantiles(s))
+    out["host_us"] = round(host_us(step.forward, device), 3)
+    return out, timer_name
+
+
+def _graph_samples(timer: CudaTimer, fn, arguments: dict, grad: bool, event_samples: dict) -> dict:
+    steps = [Step(fn, arguments, grad) for _ in range(timer.copies(arguments))]
+    samples = {"fwd": timer.graph([s.forward for s in steps], statistics.median(event_samples["fwd"]))}
+    if grad:
+        samples["bwd"] = timer.graph([s.backward_runner() for s in steps], statistics.median(event_samples["bwd"]))
+        samples["step"] = timer.graph([s.step for s in steps], statistics.median(event_samples["step"]))
+    return samples

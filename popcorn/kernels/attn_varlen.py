@@ -1,0 +1,56 @@
+"""attn_varlen: packed variable-length attention, as in flash_attn_varlen_func."""
+
+import torch
+
+from popcorn.core import Float, Int, register_kernel
+
+from .attn import _attention
+
+
+def _cu_seqlens(shape, case, generator):
+    """int32 boundaries 0 = c_0 < c_1 < ... = total at random cut points.
+
+    With more sequences than tokens (boundaries - 1 > total), every token is its own sequence and the
+    surplus boundaries repeat ``total`` (trailing empty sequences), so the tensor keeps its shape.
+    """
+    (boundaries,) = shape
+    total = case.dims["total"]
+    if boundaries < 2:
+        return torch.zeros(boundaries, dtype=torch.int32)
+    n = min(boundaries - 1, total)  # non-empty sequences
+    cuts = (torch.randperm(max(total - 1, 0), generator=generator)[: max(n - 1, 0)] + 1).sort().values
+    ends = torch.full((boundaries - 1 - len(cuts),), total, dtype=torch.int64)
+    return torch.cat([torch.zeros(1, dtype=torch.int64), cuts, ends]).to(torch.int32)
+
+
+@register_kernel(args={"scale": [None, 0.125]}, inputs={"cu_seqlens": _cu_seqlens}, tags=("attention", "varlen"))
+def attn_varlen(
+    q: Float["total q_heads head_dim"],
+    k: Float["total kv_heads head_dim"],
+    v: Float["total kv_heads head_dim"],
+    cu_seqlens: Int["boundaries"],
+    causal: bool = True,
+    scale: float | None = None,
+) -> Float["total q_heads head_dim"]:
+    """Softmax attention over packed variable-length sequences, each attending only within itself, in fp32.
+
+    $$O_{[c_i, c_{i+1})} = \\operatorname{attn}\\left(Q_{[c_i, c_{i+1})}, K_{[c_i, c_{i+1})}, V_{[c_i, c_{i+1})}\\right), \\quad 0 = c_0 \\le c_1 \\le \\dots \\le c_n = T$$
+
+    [Dao, 2023](https://arxiv.org/abs/2307.08691)
+    [flash_attn_varlen_func](https://github.com/Dao-AILab/flash-attention/blob/main/flash_attn/flash_attn_interface.py)
+    """
+    total = q.shape[0]
+    bounds = cu_seqlens.tolist()
+    if not bounds or bounds[0] != 0 or bounds[-1] != total:
+        raise ValueError(f"attn_varlen: cu_seqlens must start at 0 and end at total={total}, got {bounds}")
+    if any(b > a for a, b in zip(bounds[1:], bounds[:-1])):
+        raise ValueError(f"attn_varlen: cu_seqlens must be non-decreasing, got {bounds}")
+    pieces = [
+        # (len, heads, d) -> (heads, len, d) for attn's math, and back
+        _attention(q[s:e].transpose(0, 1), k[s:e].transpose(0, 1), v[s:e].transpose(0, 1), causal, scale)
+        .transpose(0, 1)
+        for s, e in zip(bounds[:-1], bounds[1:])
+    ]
+    out = torch.cat(pieces) if pieces else _attention(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1),
+                                                      causal, scale).transpose(0, 1)
+    return out.to(q.dtype)

@@ -1,0 +1,41 @@
+import pytest
+import torch
+import torch.nn.functional as F
+
+from popcorn.core import Case, DispatchError
+from popcorn.core.inputs import make_inputs
+from popcorn.kernels.embedding import embedding
+
+from .check import agree
+
+
+def independent(indices, weight):
+    return F.one_hot(indices, weight.shape[0]).double() @ weight.double()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("dims", [{"tokens": 16, "vocab": 64, "hidden": 16}, {"tokens": 17, "vocab": 7, "hidden": 21},
+                                  {"tokens": 3, "vocab": 101, "hidden": 8}])
+def test_matches_fp64(dims, dtype):
+    agree(embedding, independent, Case(dims, (), dtype))
+
+
+def test_domain_in_range():
+    indices = make_inputs(embedding, Case({"tokens": 256, "vocab": 7, "hidden": 8}))["indices"]
+    assert indices.dtype == torch.int64 and indices.min() >= 0 and indices.max() < 7
+
+
+def test_repeated_indices_accumulate_grad_and_int32_works():
+    weight = torch.randn(5, 3, requires_grad=True)
+    indices = torch.tensor([2, 2, 0, 2], dtype=torch.int32)
+    out = embedding(indices, weight)
+    assert out.dtype == weight.dtype and torch.equal(out, weight.detach()[indices.long()])
+    out.sum().backward()
+    torch.testing.assert_close(weight.grad[:, 0], torch.tensor([1.0, 0.0, 3.0, 0.0, 0.0]))
+
+
+def test_wrong_shape_names_dim():
+    with pytest.raises(DispatchError, match="tokens"):
+        embedding(torch.zeros(2, 3, dtype=torch.long), torch.randn(5, 4))
+    with pytest.raises(DispatchError, match="indices"):
+        embedding(torch.zeros(3), torch.randn(5, 4))  # float indices are rejected
