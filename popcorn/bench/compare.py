@@ -138,9 +138,15 @@ def leaves_of(arguments: dict) -> dict[str, torch.Tensor]:
 
 
 def cotangents(outputs: list, trial: int) -> list:
-    """N(0,1) cotangents for the floating outputs, seeded by the trial, drawn in fp64 on the CPU."""
-    g = torch.Generator().manual_seed(10_000 + trial)
-    return [torch.randn(o.shape, generator=g, dtype=torch.float64) for o in outputs]
+    """N(0,1) cotangents for the outputs, seeded by the trial, drawn in fp64 on the outputs' device."""
+    gens: dict = {}
+    out = []
+    for o in outputs:
+        device = o.device if isinstance(o, torch.Tensor) else torch.device("cpu")
+        g = gens.get(device) or gens.setdefault(device, torch.Generator(device=device).manual_seed(10_000 + trial))
+        shape = o.shape if isinstance(o, torch.Tensor) else ()
+        out.append(torch.randn(shape, generator=g, dtype=torch.float64, device=device))
+    return out
 
 
 def _graded(outputs: list) -> list[int]:
@@ -152,7 +158,7 @@ def _backward(outputs: list, leaves: dict, cots: list, idx: list[int]) -> dict:
         return {k: None for k in leaves}
     outs = [outputs[i] for i in idx]
     grads = torch.autograd.grad(outs, list(leaves.values()),
-                                [cots[i].to(outputs[i].dtype).to(outputs[i].device) for i in idx],
+                                [cots[i].to(outputs[i].dtype) for i in idx],
                                 allow_unused=True)
     return dict(zip(leaves, grads))
 

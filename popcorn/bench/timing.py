@@ -18,7 +18,7 @@ import torch
 
 from .compare import _backward, _graded, cotangents, leaves_of, outputs_of, prepare
 
-GRAPH_BELOW_MS = 0.2  # per-call event timing carries ~5-10 us of launch noise; below this, replay graphs
+GRAPH_BELOW_MS = 1.0  # below this, per-call events carry launch gaps and L2 luck: replay graphs instead
 TARGET_MS = 100.0  # measurement budget per quantity
 MIN_REPS, MAX_REPS = 10, 2000
 
@@ -44,7 +44,7 @@ class Step:
 
     def _cots(self, outs):
         if not hasattr(self, "_cot"):
-            self._cot = [c.to(o.dtype).to(o.device) if isinstance(o, torch.Tensor) and o.is_floating_point() else c
+            self._cot = [c.to(o.dtype) if isinstance(o, torch.Tensor) and o.is_floating_point() else c
                          for c, o in zip(cotangents(outs, 0), outs)]
         return self._cot
 
@@ -57,18 +57,34 @@ class Step:
     def step(self):
         return self.backward_of(outputs_of(self.forward()), retain=False)
 
-    def backward_runner(self):
-        """A callable timing backward alone over one retained graph."""
-        outs = outputs_of(self.forward())
-        return lambda: self.backward_of(outs, retain=True)
+    def backward_pair(self):
+        """(setup, call): setup runs a fresh forward outside the timed region, call runs its backward.
+
+        A fresh graph per call, never a retained one: compiled backwards donate their buffers
+        and refuse retain_graph, and a training step never replays one graph either.
+        """
+        state = {}
+
+        def setup():
+            state["outs"] = outputs_of(self.forward())
+
+        def call():
+            return self.backward_of(state.pop("outs"), retain=False)
+        return setup, call
 
 
 # -- CPU ----------------------------------------------------------------------------------------
-def time_cpu(call: Callable) -> list[float]:
+def _noop():
+    return None
+
+
+def time_cpu(call: Callable, setup: Callable = _noop) -> list[float]:
+    setup()
     call()  # warm up (first-call allocations, compile)
     samples = []
     start = time.perf_counter()
     while len(samples) < MIN_REPS or (time.perf_counter() - start) * 1e3 < TARGET_MS and len(samples) < MAX_REPS:
+        setup()
         t0 = time.perf_counter()
         call()
         samples.append((time.perf_counter() - t0) * 1e3)
@@ -83,18 +99,21 @@ class CudaTimer:
         self.l2_bytes = getattr(props, "L2_cache_size", 50 * 2**20)
         self.flush = torch.empty(max(4 * self.l2_bytes, 64 * 2**20) // 4, dtype=torch.int32, device=device)
 
-    def events(self, call: Callable) -> list[float]:
-        """Cold-L2 per-call event timing; the flush runs before the start event."""
+    def events(self, call: Callable, setup: Callable = _noop) -> list[float]:
+        """Cold-L2 per-call event timing; ``setup`` and the flush run before the start event."""
+        setup()
         call()
         torch.cuda.synchronize(self.device)
-        est = self._estimate(call)
+        est = self._estimate(call, setup)
         warm = min(max(3, int(25 / max(est, 1e-3))), 200)
         for _ in range(warm):
+            setup()
             call()
         reps = min(max(MIN_REPS, int(TARGET_MS / max(est, 1e-3))), MAX_REPS)
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
         for s, e in zip(starts, ends):
+            setup()
             self.flush.zero_()
             s.record()
             call()
@@ -102,14 +121,17 @@ class CudaTimer:
         torch.cuda.synchronize(self.device)
         return [s.elapsed_time(e) for s, e in zip(starts, ends)]
 
-    def _estimate(self, call: Callable) -> float:
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
+    def _estimate(self, call: Callable, setup: Callable) -> float:
+        total = 0.0
         for _ in range(3):
+            setup()
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
             call()
-        e.record()
-        torch.cuda.synchronize(self.device)
-        return s.elapsed_time(e) / 3
+            e.record()
+            torch.cuda.synchronize(self.device)
+            total += s.elapsed_time(e)
+        return total / 3
 
     def graph(self, calls: list[Callable], est_ms: float) -> list[float]:
         """Replay a CUDA graph of unrolled calls cycling through ``calls`` (each on its own inputs).
@@ -190,11 +212,11 @@ def measure(fn: Callable, arguments: dict, grad: bool, device: torch.device) -> 
     timer_name = "cpu"
     if device.type == "cuda":
         timer = CudaTimer(device)
-        quantities = {"fwd": step.forward}
+        samples = {"fwd": timer.events(step.forward)}
         if grad:
-            quantities["bwd"] = step.backward_runner()
-            quantities["step"] = step.step
-        samples = {k: timer.events(c) for k, c in quantities.items()}
+            setup, call = step.backward_pair()
+            samples["bwd"] = timer.events(call, setup)
+            samples["step"] = timer.events(step.step)
         timer_name = "cuda-events"
         if statistics.median(samples["fwd"]) < GRAPH_BELOW_MS:
             try:
@@ -205,7 +227,7 @@ def measure(fn: Callable, arguments: dict, grad: bool, device: torch.device) -> 
     else:
         samples = {"fwd": time_cpu(step.forward)}
         if grad:
-            samples["bwd"] = time_cpu(step.backward_runner())
+            samples["bwd"] = time_cpu(*reversed(step.backward_pair()))
             samples["step"] = time_cpu(step.step)
     for k, s in samples.items():
         out[f"{k}_ms"], out[f"{k}_q20_ms"], out[f"{k}_q80_ms"] = (round(v, 6) for v in quantiles(s))
@@ -214,9 +236,10 @@ def measure(fn: Callable, arguments: dict, grad: bool, device: torch.device) -> 
 
 
 def _graph_samples(timer: CudaTimer, fn, arguments: dict, grad: bool, event_samples: dict) -> dict:
+    """Graph replays for forward and step; backward keeps its event samples (each needs a fresh forward)."""
     steps = [Step(fn, arguments, grad) for _ in range(timer.copies(arguments))]
-    samples = {"fwd": timer.graph([s.forward for s in steps], statistics.median(event_samples["fwd"]))}
+    samples = dict(event_samples)
+    samples["fwd"] = timer.graph([s.forward for s in steps], statistics.median(event_samples["fwd"]))
     if grad:
-        samples["bwd"] = timer.graph([s.backward_runner() for s in steps], statistics.median(event_samples["bwd"]))
         samples["step"] = timer.graph([s.step for s in steps], statistics.median(event_samples["step"]))
     return samples

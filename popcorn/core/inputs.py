@@ -38,9 +38,12 @@ def dtype_of(name: str) -> torch.dtype:
 def make_inputs(op, case: Case, seed: int = 0, device: str | torch.device = "cpu") -> dict:
     """The full argument dict of ``op`` for ``case``: tensors drawn from ``seed``, scalars from the case.
 
-    Draws happen on the CPU generator so the same seed gives the same values on every device.
+    Plain float tensors are drawn on ``device`` (large cases would spend seconds drawing on the
+    host); domain functions draw on the CPU generator, so they stay device-agnostic.
     """
+    device = torch.device(device)
     g = torch.Generator().manual_seed(seed)
+    gd = g if device.type == "cpu" else torch.Generator(device=device).manual_seed(seed)
     dtype = dtype_of(case.dtype)
     arguments = {}
     for name, param in op.signature.parameters.items():
@@ -56,7 +59,7 @@ def make_inputs(op, case: Case, seed: int = 0, device: str | torch.device = "cpu
         if domain is not None:
             value = domain(shape, case, g)
         elif spec.is_float:
-            value = torch.randn(shape, generator=g, dtype=torch.float32)
+            value = torch.randn(shape, generator=gd, dtype=torch.float32, device=device)
         else:
             raise ValueError(f"{op.name}: non-float input '{name}' needs a domain in register_kernel(inputs=...)")
         if value.is_floating_point() and spec.is_float:
