@@ -205,6 +205,7 @@ def host_us(call: Callable, device: torch.device, n: int = 20) -> float:
 def measure(fn: Callable, arguments: dict, grad: bool, device: torch.device) -> tuple[dict, str]:
     """Time forward, backward and the step of ``fn`` on ``arguments``; returns (timing columns, timer)."""
     step = Step(fn, arguments, grad)
+    step.step() if grad else step.forward()  # lazy compiles and autotuning must not count as memory
     out: dict = {}
     out["fwd_mem_mb"] = peak_mb(step.forward, device)
     if grad:

@@ -7,6 +7,7 @@ against older code is recognised as stale without comparing versions.
 from __future__ import annotations
 
 import ast
+import enum
 import hashlib
 import inspect
 import textwrap
@@ -30,6 +31,13 @@ def normalized_source(obj) -> str:
     return ast.dump(_strip(ast.parse(source)), annotate_fields=False, include_attributes=False)
 
 
+def _closure_values(obj) -> str:
+    """Plain values a factory closed over (an SDPA backend enum, a block size): same source, other code."""
+    cells = getattr(obj, "__closure__", None) or ()
+    plain = (str, int, float, bool, type(None), tuple, enum.Enum)
+    return repr([c.cell_contents for c in cells if isinstance(c.cell_contents, plain)])
+
+
 def fingerprint(*objs) -> str:
     """12 hex chars identifying the code of ``objs`` (functions, classes or source strings); None is skipped."""
     h = hashlib.sha1()
@@ -38,6 +46,7 @@ def fingerprint(*objs) -> str:
             continue
         try:
             h.update(normalized_source(obj).encode())
+            h.update(_closure_values(obj).encode())
         except (OSError, TypeError):
             # Builtins and lambdas built at runtime have no source; their qualified name stands in.
             h.update(f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', repr(obj))}".encode())

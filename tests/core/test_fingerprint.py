@@ -39,3 +39,18 @@ def test_kernel_fingerprints_are_present():
     from popcorn.kernels import rms_norm
     assert len(rms_norm.ref_hash) == 12
     assert rms_norm["compile"].impl_hash != rms_norm["torch"].impl_hash
+
+
+def test_closed_over_values_count():
+    def factory(block):
+        def kernel(x):
+            return x * block
+        return kernel
+    assert fingerprint(factory(2)) != fingerprint(factory(3))
+    assert fingerprint(factory(2)) == fingerprint(factory(2))
+
+
+def test_sdpa_backends_have_distinct_fingerprints():
+    from popcorn.kernels import attn
+    hashes = {attn[n].impl_hash for n in ("sdpa:flash", "sdpa:efficient", "sdpa:cudnn", "sdpa:math")}
+    assert len(hashes) == 4
