@@ -41,6 +41,28 @@ def _catalog(args) -> int:
     return 0
 
 
+def _fill(args) -> int:
+    from popcorn.bench.fill import fill
+    from popcorn.kernels import OPS
+
+    unknown = [n for n in args.ops if n not in OPS]
+    if unknown:
+        print(f"unknown op(s): {', '.join(unknown)}; known: {', '.join(sorted(OPS))}", file=sys.stderr)
+        return 2
+    if args.slice and len(args.ops) != 1:
+        print("--slice describes one op's context: name exactly one op", file=sys.stderr)
+        return 2
+    ops = [OPS[n] for n in (args.ops or sorted(OPS))]
+    try:
+        summary = fill(ops, backends=args.backend, limit=args.limit, force=args.force, timeout=args.timeout,
+                       slice_spec=args.slice, trials=args.trials, device=args.device)
+    except ValueError as e:
+        print(f"popcorn bench fill: {e}", file=sys.stderr)
+        return 2
+    print(summary.table())
+    return 130 if summary.interrupted else 0
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="popcorn", description="Validate, benchmark and dispatch GPU kernels "
                                 "against pure-PyTorch references.")
@@ -51,8 +73,24 @@ def _parser() -> argparse.ArgumentParser:
     ops.add_argument("--json", action="store_true", help="print the catalog as JSON")
     ops.set_defaults(run=_catalog)
 
-    bench = groups.add_parser("bench", help="measure backends against the reference (validate, benchmark, fill)")
+    bench = groups.add_parser("bench", help="measure backends against the reference (fill)")
     bench.set_defaults(run=lambda a: bench.print_help() or 0)
+    bench_cmds = bench.add_subparsers(dest="bench_command", metavar="SUBCOMMAND")
+    f = bench_cmds.add_parser("fill", help="measure the shared case plan on this machine's device",
+                              description="Run the case plan (pairwise coverage plus production and long-context "
+                              "curves) for the reference and every installed backend; cached cases are skipped.")
+    f.add_argument("ops", nargs="*", help="ops to fill (default: all)")
+    f.add_argument("--backend", action="append", help="only this backend (repeatable; 'fla' also takes 'fla:*')")
+    f.add_argument("--limit", type=int, help="a deterministic random sample of N planned cases per op")
+    f.add_argument("--force", action="store_true", help="measure cases the user cache already holds")
+    f.add_argument("--timeout", type=float, default=300.0,
+                   help="watchdog seconds per case and backend, room for a first compile (default 300; the "
+                   "reference gets at most 60)")
+    f.add_argument("--slice", nargs="+", metavar="TOKEN",
+                   help="AXIS name=value ... dtype=... '...=[8]' +optional: vary one axis in a fixed context")
+    f.add_argument("--trials", type=int, default=10, help="correctness trials per case (default 10)")
+    f.add_argument("--device", help="cuda or cpu (default: cuda when available)")
+    f.set_defaults(run=_fill)
     sweep = groups.add_parser("sweep", help="run the full measurement sweep through Dagster, locally or on Slurm")
     sweep.set_defaults(run=lambda a: sweep.print_help() or 0)
     return p
