@@ -136,7 +136,7 @@ def backends_for(op: Op, wanted: list[str] | None, out=sys.stderr) -> list[str]:
                 print(f"{op.name}: {problem}", file=out)
             continue
         names.append(name)
-    if wanted and not names:
+    if wanted and not names and set(wanted) != {REFERENCE}:
         print(f"{op.name}: none of {', '.join(wanted)} is installed; measuring the reference only", file=out)
     return [REFERENCE] + names
 

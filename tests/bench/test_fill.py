@@ -1,0 +1,88 @@
+"""bench fill end to end on CPU: a real worker process that dies, hangs and runs out of memory."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from popcorn.bench import store
+from popcorn.bench.fill import fill
+
+from . import fill_ops
+
+SLICE = ["hidden", "dtype=float32", "...=[2]", "alpha=2.0"]
+
+
+@pytest.fixture(autouse=True)
+def env(tmp_path, monkeypatch):
+    monkeypatch.setenv("POPCORN_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("POPCORN_BENCH_TARGET_MS", "2")  # timing precision is not under test here
+    return tmp_path
+
+
+def rows(impl):
+    return [r for r in store.read("toy_scale") if r.impl == impl]
+
+
+def run(backends, **kw):
+    kw.setdefault("trials", 2)
+    return fill([fill_ops.toy_scale], backends=backends, slice_spec=SLICE, device="cpu", **kw)
+
+
+def test_a_killed_worker_costs_exactly_one_crash_row_and_the_fill_finishes():
+    summary = run(["toy:die"])
+    died = rows("toy:die")
+    crashes = [r for r in died if r.status == "crash"]
+    assert len(crashes) == 1
+    assert '"hidden": 17' in crashes[0].config and "killed by signal 9" in crashes[0].reason
+    assert len(died) == len(rows("torch")) > 10  # every other case was measured
+    assert all(r.status == "pass" for r in died if r is not crashes[0])
+    assert summary.counts[("toy_scale", "toy:die")]["crash"] == 1
+
+
+def test_a_hang_costs_one_timeout_row_and_prunes_larger_cases():
+    summary = run(["toy:hang"], timeout=4)
+    hung = rows("toy:hang")
+    assert [r.status for r in hung].count("timeout") == 1
+    timeout = next(r for r in hung if r.status == "timeout")
+    assert '"hidden": 33' in timeout.config
+    assert all('"hidden": 33' not in r.config for r in hung if r.status != "timeout")
+    pruned = summary.counts[("toy_scale", "toy:hang")].get("pruned", 0)
+    assert pruned > 0 and len(hung) + pruned == len(rows("torch"))
+    assert all(int(r.config.split('"hidden": ')[1].split("}")[0].split(",")[0]) < 33
+               for r in hung if r.status == "pass")
+
+
+def test_oom_frontier_prunes_only_dominated_cases():
+    summary = run(["toy:oom"])
+    ooms = [r for r in rows("toy:oom") if r.status == "oom"]
+    assert len(ooms) == 1 and '"hidden": 64' in ooms[0].config  # the first size at or past 64, then pruned
+    assert summary.counts[("toy_scale", "toy:oom")]["pruned"] > 0
+    assert summary.counts[("toy_scale", "torch")].get("pruned", 0) == 0  # the reference runs every case
+
+
+def test_rerun_measures_nothing_and_force_remeasures():
+    first = run(["toy:good"])
+    assert first.measured > 0
+    again = run(["toy:good"])
+    assert again.measured == 0
+    assert again.counts[("toy_scale", "toy:good")]["cached"] == first.counts[("toy_scale", "toy:good")]["pass"]
+    forced = run(["toy:good"], force=True)
+    assert forced.measured == first.measured
+
+
+def test_cli_fill_writes_reference_rows(env):
+    out = subprocess.run([sys.executable, "-m", "popcorn.cli", "bench", "fill", "rms_norm", "--limit", "5",
+                          "--backend", "torch", "--trials", "2"], capture_output=True, text=True,
+                         env={**os.environ, "POPCORN_CACHE_DIR": str(env)}, timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert "case-backend pairs measured" in out.stdout
+    torch_rows = [r for r in store.read("rms_norm") if r.impl == "torch"]
+    assert len(torch_rows) == 5 and all(r.status == "pass" for r in torch_rows)
+
+
+def test_cli_rejects_unknown_ops():
+    out = subprocess.run([sys.executable, "-m", "popcorn.cli", "bench", "fill", "nope"], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 2 and "unknown op(s): nope" in out.stderr

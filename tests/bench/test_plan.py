@@ -1,0 +1,427 @@
+"""The case plan: coverage, curves, repair, fit, fp16 fan-in, slices, sampling and the frontier."""
+
+import re
+from itertools import combinations
+
+import pytest
+
+from popcorn.bench import plan as P
+from popcorn.core import Case
+from popcorn.kernels import OPS
+
+BIG = int(141e9)
+
+
+@pytest.fixture(scope="module")
+def plans():
+    cache = {}
+
+    def get(name, device_bytes=BIG):
+        if (name, device_bytes) not in cache:
+            cache[name, device_bytes] = P.case_plan(OPS[name], device_bytes)
+        return cache[name, device_bytes]
+
+    return get
+
+
+def _ids(plan):
+    return [(p.case.case_id, p.grad, p.stratum, p.series) for p in plan.cases]
+
+
+# -- determinism and shape of the plan -------------------------------------------------------
+
+def test_deterministic(plans):
+    for name in ("rms_norm", "attn", "group_norm"):
+        a, b = plans(name), P.case_plan(OPS[name], BIG)
+        assert _ids(a) == _ids(b)
+        assert a.curves == b.curves and a.dropped == b.dropped
+
+
+@pytest.mark.parametrize("name", ["rms_norm", "attn", "cross_entropy", "group_norm", "rope", "embedding"])
+def test_plan_invariants(plans, name):
+    op, plan = OPS[name], plans(name)
+    assert plan.op == name and plan.cases
+    keys = [(p.case.case_id, p.grad) for p in plan.cases]
+    assert len(keys) == len(set(keys))
+    ids = {p.case.case_id for p in plan.cases}
+    for p in plan.cases:
+        assert re.fullmatch(r"(coverage|production|long)-(float32|bfloat16|float16)-(grad|fwd)", p.stratum)
+        assert p.stratum == f"{p.stratum.split('-')[0]}-{p.case.dtype}-{'grad' if p.grad else 'fwd'}"
+        assert p.series == "coverage" or p.series.startswith("curve:")
+        assert P.repair(op, p.case) == p.case  # every case is already repaired
+        assert set(p.case.args) == set(op.scalars)
+        assert P.fits(op, p.case, p.grad, BIG)
+    for c in plan.curves:
+        assert len(c.case_ids) >= 2 and set(c.case_ids) <= ids
+        assert re.fullmatch(r"[a-z0-9_.+-]+", c.name.split(":")[-1])
+
+
+@pytest.mark.parametrize("name", ["rms_norm", "attn", "cross_entropy", "layer_norm"])
+def test_smallest_first_within_each_stratum(plans, name):
+    op, plan = OPS[name], plans(name)
+    strata = [p.stratum for p in plan.cases]
+    order = list(dict.fromkeys(strata))
+    assert strata == sorted(strata, key=order.index)  # each stratum is one contiguous block
+    profile_rank = [("coverage", "production", "long").index(s.split("-")[0]) for s in order]
+    assert profile_rank == sorted(profile_rank)
+    for s in order:
+        block = [p for p in plan.cases if p.stratum == s]
+        keys = [(P.estimated_bytes(op, p.case), p.case.case_id) for p in block]
+        assert keys == sorted(keys)
+
+
+# -- coverage ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["rms_norm", "attn", "cross_entropy", "layer_norm", "group_norm"])
+def test_pairwise_coverage_before_repair(name):
+    """Every value of every axis and every value pair of every two axes appears in the covering
+    rows. This holds before repair only: repair (kv_heads, num_groups, ...) may merge rows."""
+    op = OPS[name]
+    axes = P.coverage_axes(op)
+    rows = P.coverage_rows(op)
+    names = [a for a, _ in axes]
+    assert "dtype" in names and set(P.dim_axes(op)) <= set(names)
+    assert set(op.arg_pools) <= set(names) and {f"+{o}" for o in op.optional} <= set(names)
+    for axis, pool in axes:
+        assert {repr(r[axis]) for r in rows} == {repr(v) for v in pool}, axis
+    for (a, pa), (b, pb) in combinations(axes, 2):
+        seen = {(repr(r[a]), repr(r[b])) for r in rows}
+        want = {(repr(x), repr(y)) for x in pa for y in pb}
+        assert want <= seen, (a, b, sorted(want - seen)[:5])
+    first = {a: pool[0] for a, pool in axes}
+    last = {a: pool[-1] for a, pool in axes}
+    assert rows[0] == first and rows[-1] == last
+
+
+def test_coverage_axes_of_attn_and_cross_entropy():
+    attn = dict(P.coverage_axes(OPS["attn"]))
+    assert attn["dtype"] == ("float32", "bfloat16", "float16")
+    assert attn["seq"][-1] == 1024 * 1024 and attn["kv_heads"] == (1, 2, 4, 8, 16, 32, 40, 64, 128)
+    assert attn["causal"] == (True, False) and attn["scale"] == (None, 0.125)
+    ce = dict(P.coverage_axes(OPS["cross_entropy"]))
+    assert set(ce) == {"tokens", "vocab", "dtype", "ignore_index", "label_smoothing", "reduction"}
+    rms = dict(P.coverage_axes(OPS["rms_norm"]))
+    assert rms["..."] == (0, 1, 2, 4, 8, 16, 32, 64)
+    assert dict(P.coverage_axes(OPS["layer_norm"]))["+bias"] == (False, True)
+
+
+def test_covering_rows_complete_for_small_signatures():
+    for sizes in ([2], [3, 1], [1, 1, 1], [4, 3, 2, 2, 2], [5, 5, 5]):
+        rows = P.covering_rows(sizes)
+        for i, j in combinations(range(len(sizes)), 2):
+            assert {(r[i], r[j]) for r in rows} == {(a, b) for a in range(sizes[i]) for b in range(sizes[j])}
+        assert rows[0] == tuple(0 for _ in sizes) and rows[-1] == tuple(s - 1 for s in sizes)
+
+
+def test_batch_axis_builds_batch():
+    op = OPS["rms_norm"]
+    args = {"eps": 1e-6}
+    assert P.build(op, {"...": 0, "normalized_shape": 64}, "float32", args, ()).batch == ()
+    assert P.build(op, {"...": 8, "normalized_shape": 64}, "float32", args, ()).batch == (8,)
+
+
+# -- repair --------------------------------------------------------------------------------
+
+def _attn(**dims):
+    base = {"batch": 2, "q_heads": 32, "kv_heads": 8, "seq": 128, "head_dim": 64}
+    return Case({**base, **dims}, (), "float32", {"causal": True, "scale": None})
+
+
+def test_repair_kv_heads():
+    op = OPS["attn"]
+    assert P.repair(op, _attn(q_heads=12, kv_heads=8)).dims["kv_heads"] == 6
+    assert P.repair(op, _attn(q_heads=32, kv_heads=40)).dims["kv_heads"] == 32
+    assert P.repair(op, _attn(q_heads=6, kv_heads=4)).dims["kv_heads"] == 3
+    assert P.repair(op, _attn(q_heads=1, kv_heads=128)).dims["kv_heads"] == 1
+    ok = _attn(q_heads=32, kv_heads=8)
+    assert P.repair(op, ok) is ok
+
+
+def _rope(**dims):
+    base = {"batch": 8, "q_heads": 32, "kv_heads": 8, "seq": 64, "head_dim": 128, "cos_batch": 1}
+    return Case({**base, **dims}, (), "float32", {})
+
+
+def test_repair_cos_batch():
+    op = OPS["rope"]
+    assert P.repair(op, _rope(cos_batch=4)).dims["cos_batch"] == 1
+    assert P.repair(op, _rope(cos_batch=8)).dims["cos_batch"] == 8
+    assert P.repair(op, _rope(batch=1, cos_batch=2)).dims["cos_batch"] == 1
+
+
+def test_repair_rope_head_dim_even():
+    op = OPS["rope"]
+    assert P.repair(op, _rope(head_dim=81)).dims["head_dim"] == 80
+    assert P.repair(op, _rope(head_dim=1)).dims["head_dim"] == 2
+    assert P.repair(OPS["attn"], _attn(head_dim=81)).dims["head_dim"] == 81  # only rope halves head_dim
+
+
+def test_repair_boundaries():
+    op = OPS["attn_varlen"]
+    case = Case({"total": 8, "q_heads": 4, "kv_heads": 4, "head_dim": 64, "boundaries": 33}, (), "float32",
+                {"causal": True, "scale": None})
+    assert P.repair(op, case).dims["boundaries"] == 9
+    ok = Case({**case.dims, "total": 4096}, (), "float32", case.args)
+    assert P.repair(op, ok).dims["boundaries"] == 33
+
+
+def test_repair_num_groups():
+    op = OPS["group_norm"]
+
+    def gn(channels, groups):
+        return Case({"batch": 2, "channels": channels, "width": 16}, (), "float32", {"num_groups": groups, "eps": 1e-5})
+
+    assert P.repair(op, gn(48, 32)).args["num_groups"] == 24
+    assert P.repair(op, gn(17, 8)).args["num_groups"] == 1
+    assert P.repair(op, gn(17, 32)).args["num_groups"] == 17
+    assert P.repair(op, gn(8, 32)).args["num_groups"] == 8
+    assert P.repair(op, gn(4096, 32)).args["num_groups"] == 32
+    repaired = P.repair(op, gn(48, 32))
+    assert P.repair(op, repaired) == repaired  # idempotent
+
+
+# -- fit and fp16 fan-in -------------------------------------------------------------------
+
+def test_estimated_bytes_and_copies():
+    rms = OPS["rms_norm"]
+    case = Case({"normalized_shape": 4096}, (8,), "bfloat16", {"eps": 1e-6})
+    assert P.estimated_bytes(rms, case) == (8 * 4096 + 4096) * 2
+    ce = OPS["cross_entropy"]
+    case = Case({"tokens": 16, "vocab": 100}, (), "float32", {"ignore_index": -100, "label_smoothing": 0.0,
+                                                               "reduction": "mean"})
+    assert P.estimated_bytes(ce, case) == 16 * 100 * 4 + 16 * 8  # integer targets: 8 bytes an element
+    ln = OPS["layer_norm"]
+    bare = Case({"normalized_shape": 64}, (), "float16", {"eps": 1e-5})
+    with_bias = Case({"normalized_shape": 64}, (), "float16", {"eps": 1e-5}, ("bias",))
+    assert P.estimated_bytes(ln, with_bias) == P.estimated_bytes(ln, bare) + 64 * 2
+    assert (P.copies("float32", True), P.copies("bfloat16", True)) == (11, 15)
+    assert (P.copies("float32", False), P.copies("float16", False)) == (7, 9)
+
+
+def test_fit_drops_large_cases(plans):
+    op = OPS["rms_norm"]
+    small = 50 * 2**20
+    plan = P.case_plan(op, small)
+    assert plan.dropped > 0 and plans("rms_norm").dropped == 0
+    assert len(plan.cases) < len(plans("rms_norm").cases)
+    for p in plan.cases:
+        assert P.estimated_bytes(op, p.case) * P.copies(p.case.dtype, p.grad) <= small * 0.9
+    case = Case({"normalized_shape": 53248}, (64,), "float32", {"eps": 1e-6})
+    assert not P.fits(op, case, True, small) and P.fits(op, case, True, BIG)
+    assert P.case_plan(op, 1).cases == []
+
+
+def test_fp16_fan_in_forward_only():
+    emb = OPS["embedding"]
+
+    def e(tokens, dtype):
+        return Case({"tokens": tokens, "vocab": 1024, "hidden": 64}, (), dtype, {})
+
+    # weight (vocab hidden) lacks tokens: its gradient sums over every token
+    assert not P.wants_grad(emb, e(32768, "float16"))
+    assert P.wants_grad(emb, e(16384, "float16"))
+    assert P.wants_grad(emb, e(32768, "bfloat16")) and P.wants_grad(emb, e(1 << 20, "float32"))
+    rms = OPS["rms_norm"]
+    # no temporal dim: the weight (normalized_shape) lacks '...', so only the batch product counts
+    assert P.wants_grad(rms, Case({"normalized_shape": 64}, (64,), "float16", {"eps": 1e-6}))
+    assert not P.wants_grad(rms, Case({"normalized_shape": 64}, (32768,), "float16", {"eps": 1e-6}))
+    attn = OPS["attn"]
+    assert P.wants_grad(attn, Case({**_attn().dims, "seq": 1 << 20}, (), "float16", _attn().args))
+
+
+def test_fp16_fan_in_in_plan(plans):
+    plan = plans("embedding")
+    fwd = [p for p in plan.cases if not p.grad]
+    assert fwd and all(p.case.dtype == "float16" and p.case.dims["tokens"] >= 32768 for p in fwd)
+    assert all(p.stratum.endswith("-fwd") for p in fwd)
+    assert all(p.grad for p in plan.cases if p.case.dtype != "float16")
+    assert all(p.grad for p in plans("attn").cases)
+
+
+# -- curves --------------------------------------------------------------------------------
+
+def test_rms_norm_curves(plans):
+    plan = plans("rms_norm")
+    names = [c.name for c in plan.curves]
+    want = []
+    for dtype in ("float32", "bfloat16", "float16"):
+        want += [f"curve:production:...:{dtype}:base", f"curve:production:normalized_shape:{dtype}:base",
+                 f"curve:production:normalized_shape:{dtype}:arg-eps-1e-05"]
+    assert names == want  # no temporal axis: no long-context curves
+    by = {c.name: c for c in plan.curves}
+    c = by["curve:production:normalized_shape:bfloat16:base"]
+    assert (c.profile, c.axis, c.dtype, c.variant) == ("production", "normalized_shape", "bfloat16", "base")
+    assert c.fixed_dims == {} and c.batch == () and c.args == {"eps": 1e-6} and c.present == ()
+    cases = {p.case.case_id: p.case for p in plan.cases}
+    xs = [cases[i].dims["normalized_shape"] for i in c.case_ids]
+    assert xs == sorted(xs) and len(xs) == 34
+    assert all(cases[i].dtype == "bfloat16" and cases[i].batch == () for i in c.case_ids)
+    b = by["curve:production:...:float32:base"]
+    assert b.fixed_dims == {"normalized_shape": 4096}
+    assert [cases[i].batch for i in b.case_ids] == [(), (1,), (2,), (4,), (8,), (16,), (32,), (64,)]
+    assert by["curve:production:normalized_shape:float16:arg-eps-1e-05"].args == {"eps": 1e-5}
+    series = {p.series for p in plan.cases}
+    assert series <= {"coverage"} | set(names)
+
+
+def test_attn_curves(plans):
+    plan = plans("attn")
+    by = {c.name: c for c in plan.curves}
+    cases = {p.case.case_id: p.case for p in plan.cases}
+    seq = by["curve:production:seq:float32:base"]
+    assert seq.fixed_dims == {"batch": 8, "q_heads": 32, "kv_heads": 8, "head_dim": 128}
+    assert max(cases[i].dims["seq"] for i in seq.case_ids) <= 32768
+    assert "curve:production:seq:bfloat16:arg-causal-false" in by
+    assert "curve:production:seq:bfloat16:arg-scale-0.125" in by
+    assert "curve:production:head_dim:float32:arg-causal-false" not in by  # only the primary axis varies args
+    long = by["curve:long:seq:float16:base"]
+    assert long.fixed_dims == {"batch": 1, "q_heads": 1, "kv_heads": 1, "head_dim": 64}
+    assert min(cases[i].dims["seq"] for i in long.case_ids) >= 8192
+    assert {c.axis for c in plan.curves if c.profile == "long"} == {"seq"}
+    # pinned dims stay pinned: q_heads points whose kv_heads=8 would be repaired are dropped
+    qh = by["curve:production:q_heads:float32:base"]
+    assert all(cases[i].dims["kv_heads"] == 8 for i in qh.case_ids)
+    kv = by["curve:production:kv_heads:float32:base"]
+    assert [cases[i].dims["kv_heads"] for i in kv.case_ids] == [1, 2, 4, 8, 16, 32]
+
+
+def test_present_variant_curve(plans):
+    plan = plans("layer_norm")
+    by = {c.name: c for c in plan.curves}
+    c = by["curve:production:normalized_shape:float32:present-bias"]
+    assert c.present == ("bias",)
+    cases = {p.case.case_id: p.case for p in plan.cases}
+    assert all(cases[i].present == ("bias",) for i in c.case_ids)
+
+
+# -- slices --------------------------------------------------------------------------------
+
+def test_parse_slice_example():
+    op = OPS["rms_norm"]
+    axis, ctx = P.parse_slice(op, ["normalized_shape", "dtype=float16", "...=[8]", "eps=0.000001"])
+    assert axis == "normalized_shape"
+    assert ctx == {"dtype": "float16", "...": [8], "eps": 1e-6, "present": ()}
+    axis, ctx = P.parse_slice(OPS["layer_norm"],
+                              ["...", "dtype=bfloat16", "normalized_shape=4096", "eps=1e-05", "+bias"])
+    assert axis == "..." and ctx["present"] == ("bias",) and ctx["normalized_shape"] == 4096
+    _, ctx = P.parse_slice(OPS["cross_entropy"], ["tokens", "reduction=sum", "label_smoothing=0"])
+    assert ctx["reduction"] == "sum" and ctx["label_smoothing"] == 0.0 and type(ctx["label_smoothing"]) is float
+
+
+def test_parse_slice_errors():
+    op = OPS["rms_norm"]
+    with pytest.raises(ValueError, match="valid: .*normalized_shape.*dtype.*eps"):
+        P.parse_slice(op, ["normalized_shape", "epsilon=1e-6"])
+    with pytest.raises(ValueError, match="axes are"):
+        P.parse_slice(op, ["hidden", "dtype=float32"])
+    with pytest.raises(ValueError, match="optional"):
+        P.parse_slice(op, ["normalized_shape", "+bias"])
+    with pytest.raises(ValueError, match="name=JSON"):
+        P.parse_slice(op, ["normalized_shape", "float16"])
+    with pytest.raises(ValueError, match="axis"):
+        P.parse_slice(op, [])
+    with pytest.raises(ValueError, match="int"):
+        P.parse_slice(op, ["...", "normalized_shape=big"])
+
+
+def test_slice_keeps_context():
+    op = OPS["rms_norm"]
+    axis, ctx = P.parse_slice(op, ["normalized_shape", "dtype=float16", "...=[8]", "eps=0.000001"])
+    plan = P.slice_cases(op, axis, ctx, BIG)
+    assert len(plan.cases) == 34 and len(plan.curves) == 1
+    for p in plan.cases:
+        assert p.case.batch == (8,) and p.case.dtype == "float16" and p.case.args == {"eps": 1e-6}
+        assert p.stratum == "production-float16-grad" and p.series == plan.curves[0].name
+    assert plan.curves[0].case_ids == tuple(p.case.case_id for p in
+                                            sorted(plan.cases, key=lambda p: p.case.dims["normalized_shape"]))
+    # the same slice twice is the same plan, whichever form the batch takes
+    again = P.slice_cases(op, axis, {**ctx, "...": (8,)}, BIG)
+    assert _ids(again) == _ids(plan) and again.curves == plan.curves
+
+
+def test_slice_drops_instead_of_altering():
+    op = OPS["attn_varlen"]
+    ctx = {"dtype": "bfloat16", "q_heads": 32, "kv_heads": 8, "head_dim": 128, "boundaries": 33,
+           "causal": True, "scale": None}
+    plan = P.slice_cases(op, "total", ctx, BIG)
+    totals = sorted(p.case.dims["total"] for p in plan.cases)
+    assert totals and min(totals) >= 32 and max(totals) <= 32768  # total < 32 would repair boundaries
+    assert all(p.case.dims["boundaries"] == 33 for p in plan.cases)
+    gn = OPS["group_norm"]
+    plan = P.slice_cases(gn, "channels", {"dtype": "float32", "batch": 8, "width": 256, "num_groups": 32,
+                                          "eps": 1e-5}, BIG)
+    assert plan.cases and all(p.case.args["num_groups"] == 32 and p.case.dims["channels"] % 32 == 0
+                              for p in plan.cases)
+    # the swept axis itself may be repaired (kv_heads 40, 64, 128 -> 32), the context may not
+    kv = P.slice_cases(OPS["attn"], "kv_heads", {"dtype": "float32", "batch": 2, "q_heads": 32, "seq": 256,
+                                                  "head_dim": 64, "causal": True, "scale": None}, BIG)
+    assert sorted(p.case.dims["kv_heads"] for p in kv.cases) == [1, 2, 4, 8, 16, 32]
+
+
+def test_slice_missing_context():
+    op = OPS["attn"]
+    with pytest.raises(ValueError, match=r"lacks .*kv_heads.*causal.*scale"):
+        P.slice_cases(op, "seq", {"dtype": "float32", "batch": 1, "q_heads": 8, "head_dim": 64}, BIG)
+    with pytest.raises(ValueError, match="lacks \\.\\.\\."):
+        P.slice_cases(OPS["rms_norm"], "normalized_shape", {"dtype": "float32", "eps": 1e-6}, BIG)
+    with pytest.raises(ValueError, match="dtype"):
+        P.slice_cases(OPS["rms_norm"], "normalized_shape", {"dtype": "int8", "...": [], "eps": 1e-6}, BIG)
+
+
+def test_slice_fit_and_temporal_cap():
+    op = OPS["cross_entropy"]
+    ctx = {"dtype": "float32", "vocab": 128256, "ignore_index": -100, "label_smoothing": 0.0, "reduction": "mean"}
+    plan = P.slice_cases(op, "tokens", ctx, BIG)
+    tokens = [p.case.dims["tokens"] for p in plan.cases]
+    assert max(tokens) < 32768 and plan.dropped > 0  # 32K x 128256 fp32 cannot fit its copies in 141 GB
+
+
+# -- sampling ------------------------------------------------------------------------------
+
+def test_sample(plans):
+    plan = plans("attn")
+    a, b = P.sample(plan, 50), P.sample(plan, 50)
+    assert len(a.cases) == 50 and _ids(a) == _ids(b)
+    index = {(p.case.case_id, p.grad): i for i, p in enumerate(plan.cases)}
+    positions = [index[p.case.case_id, p.grad] for p in a.cases]
+    assert positions == sorted(positions)  # plan (stratum, smallest-first) order kept
+    sampled = {p.case.case_id for p in a.cases}
+    assert all(c.case_ids and set(c.case_ids) <= sampled for c in a.curves)
+    assert len(P.sample(plan, 10**6).cases) == len(plan.cases)
+    assert _ids(P.sample(plan, 10)) != _ids(P.sample(plans("rms_norm"), 10))
+
+
+# -- frontier ------------------------------------------------------------------------------
+
+def _rms(n, batch=(8,), dtype="float32", eps=1e-6):
+    return Case({"normalized_shape": n}, batch, dtype, {"eps": eps})
+
+
+def test_frontier_blocks_dominated():
+    f = P.Frontier()
+    s = "coverage-float32-grad"
+    f.add(_rms(4096, (16,)), True, s)
+    assert f.blocks(_rms(4096, (16,)), True, s)
+    assert f.blocks(_rms(8192, (32,)), True, s)
+    assert not f.blocks(_rms(2048, (16,)), True, s)
+    assert not f.blocks(_rms(8192, (8,)), True, s)  # mixed trade-off: smaller batch, larger dim
+    assert not f.blocks(_rms(8192, (32,)), False, s)  # other gradient mode
+    assert not f.blocks(_rms(8192, (32,)), True, "production-float32-grad")  # other stratum
+    assert not f.blocks(_rms(8192, (32,), eps=1e-5), True, s)  # other args
+    assert not f.blocks(_rms(8192, (32,), dtype="bfloat16"), True, s)  # other dtype
+    assert not f.blocks(_rms(8192, ()), True, s)  # other batch rank
+    ln = Case({"normalized_shape": 8192}, (32,), "float32", {"eps": 1e-6}, ("bias",))
+    assert not f.blocks(ln, True, s)  # other present set
+
+
+def test_frontier_keeps_minimal_points():
+    f = P.Frontier()
+    s = "production-bfloat16-grad"
+    f.add(_rms(8192, (32,)), True, s)
+    f.add(_rms(16384, (64,)), True, s)  # dominated by the first: not kept
+    assert len(f) == 1
+    f.add(_rms(4096, (64,)), True, s)  # a trade-off: kept beside the first
+    assert len(f) == 2
+    f.add(_rms(4096, (16,)), True, s)  # dominates both: replaces them
+    assert len(f) == 1
+    assert f.blocks(_rms(4096, (64,)), True, s) and not f.blocks(_rms(2048, (64,)), True, s)
