@@ -100,8 +100,22 @@ def describe(e: BaseException) -> str:
 
 
 @contextlib.contextmanager
-def poisoned():
-    """Fill memory torch allocates (empty, empty_like, outputs) with NaN / max-int while active."""
+def poisoned(like: list | None = None):
+    """Make memory the candidate allocates hold NaN / max-int, so elements it never writes fail.
+
+    CUDA: fill blocks of the sizes the candidate will allocate (``like``: the reference's outputs
+    or gradients) with poison and hand them back to the caching allocator, which gives the
+    same-sized blocks to the candidate next. No global mode changes, so compiled candidates
+    generate the same code as when they are timed. CPU: torch's deterministic-mode fill of
+    uninitialized memory (the CPU allocator keeps no blocks to pre-poison).
+    """
+    cuda = [t for t in (like or []) if isinstance(t, torch.Tensor) and t.is_cuda]
+    if cuda:
+        bufs = [torch.full(t.shape, float("nan") if t.is_floating_point() else torch.iinfo(t.dtype).max
+                           if t.dtype != torch.bool else True, dtype=t.dtype, device=t.device) for t in cuda]
+        del bufs
+        yield
+        return
     was = torch.are_deterministic_algorithms_enabled()
     was_warn = torch.is_deterministic_algorithms_warn_only_enabled()
     fill = torch.utils.deterministic.fill_uninitialized_memory
@@ -210,9 +224,9 @@ def check(reference: Callable, candidate: Callable, draw: Callable[[int], dict],
         except Exception as e:  # noqa: BLE001
             free_memory()
             return Result(OOM if is_oom(e) else ERROR, f"reference: {describe(e)}", fwd, bwd, trial, grad)
-        # Poisoning turns on deterministic mode, which compiled code guards on; the last trial
-        # runs as the timer will, so the artifact that gets timed is the one that was checked too.
-        poison = poisoned() if trial < trials - 1 or trials == 1 else contextlib.nullcontext()
+        # On CPU poisoning turns on deterministic mode, which compiled code guards on; the last
+        # trial runs as the timer will, so the artifact that gets timed is checked too.
+        poison = poisoned(budget) if trial < trials - 1 or trials == 1 else contextlib.nullcontext()
         try:
             with poison, (torch.enable_grad() if grad else torch.no_grad()):
                 mine = outputs_of(candidate(**mine_args))
@@ -244,7 +258,8 @@ def check(reference: Callable, candidate: Callable, draw: Callable[[int], dict],
                 if mine_idx != idx:
                     return Result(FAIL, f"outputs {idx} need gradients, the candidate's graph covers {mine_idx}",
                                   fwd, bwd, trial, grad)
-                with poisoned() if trial < trials - 1 or trials == 1 else contextlib.nullcontext():
+                poison = [g for g in g_budget.values() if g is not None]
+                with poisoned(poison) if trial < trials - 1 or trials == 1 else contextlib.nullcontext():
                     g_mine = _backward(mine, leaves_of(mine_args), cots, idx)
             except Exception as e:  # noqa: BLE001
                 free_memory()

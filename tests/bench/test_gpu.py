@@ -30,3 +30,17 @@ def test_forward_time_is_repeatable_in_one_process(impl):
     b, _ = measure(lambda **k: fn.invoke(k), args, False, torch.device("cuda"))
     assert timer == "cuda-graph"
     assert abs(b["fwd_ms"] / a["fwd_ms"] - 1) < 0.05, (a["fwd_ms"], b["fwd_ms"])
+
+
+def test_unwritten_output_fails_on_cuda():
+    from popcorn.bench.compare import check
+
+    def ref(x):
+        return x * 2
+
+    def lazy(x):
+        out = torch.empty_like(x)
+        out[: x.shape[0] // 2] = x[: x.shape[0] // 2] * 2
+        return out
+    r = check(ref, lazy, lambda t: {"x": torch.randn(64, 128, device="cuda")}, trials=2, grad=False)
+    assert r.status == "fail" and "non-finite" in r.reason
