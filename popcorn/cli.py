@@ -63,6 +63,74 @@ def _fill(args) -> int:
     return 130 if summary.interrupted else 0
 
 
+def _merge(args) -> int:
+    from popcorn.bench import store
+    from popcorn.bench.delta import ReportStore
+
+    try:
+        files = store.jsonl_files(args.files or [store.cache_dir()])
+    except FileNotFoundError as e:
+        print(f"popcorn bench merge: {e}", file=sys.stderr)
+        return 2
+    bad: list = []
+    rows = [r for f in files for r in store.read_file(f, bad)]
+    for path, line, why in bad:
+        print(f"skipped {path}:{line}: not a popcorn record ({why})", file=sys.stderr)
+    target = ReportStore()
+    metrics = target.merge(rows)
+    print(f"merged {len(rows)} rows from {len(files)} file(s) into {target.uri}: "
+          f"{metrics.get('num_target_rows_inserted', 0)} inserted, {metrics.get('num_target_rows_updated', 0)} "
+          f"updated; store version {metrics['version']}")
+    if args.scrub_incomplete:
+        print(f"scrubbed {target.scrub_incomplete()} incomplete rows; store version {target.version}")
+    return 1 if bad else 0
+
+
+def _check(args) -> int:
+    from popcorn.bench.audit import run_check
+    from popcorn.bench.delta import ReportStore
+    from popcorn.kernels import OPS
+
+    return run_check(ReportStore().read(), OPS, release=args.release)
+
+
+def _publish(args) -> int:
+    from pathlib import Path
+
+    from popcorn.bench.delta import ReportStore
+    from popcorn.bench.publish import BUNDLED, PublishRefused, publish
+    from popcorn.kernels import OPS
+
+    try:
+        publish(ReportStore(), OPS, Path(args.out) if args.out else BUNDLED, force=args.force,
+                version=args.as_of, log=sys.stdout)
+    except (PublishRefused, FileNotFoundError) as e:
+        print(f"popcorn bench publish: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _view(args) -> int:
+    import pyarrow.parquet as pq
+
+    from popcorn.bench import store
+    from popcorn.bench.delta import ReportStore
+    from popcorn.bench.record import from_arrow
+    from popcorn.bench.view import run_view
+    from popcorn.dispatch.table import load
+    from popcorn.kernels import OPS
+
+    if args.as_of is not None:
+        rows = ReportStore().read(version=args.as_of)
+    else:
+        table = load()
+        parquet = table.source.replace("dispatch-v", "report-v").replace(".json", ".parquet")
+        rows = from_arrow(pq.read_table(parquet)) if table.store_version is not None else []
+    if args.user:
+        rows = store.merge(rows, [r for op in OPS for r in store.read(op)])
+    return run_view(rows, OPS)
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="popcorn", description="Validate, benchmark and dispatch GPU kernels "
                                 "against pure-PyTorch references.")
@@ -73,7 +141,7 @@ def _parser() -> argparse.ArgumentParser:
     ops.add_argument("--json", action="store_true", help="print the catalog as JSON")
     ops.set_defaults(run=_catalog)
 
-    bench = groups.add_parser("bench", help="measure backends against the reference (fill)")
+    bench = groups.add_parser("bench", help="measure backends, merge, check, publish and view the report")
     bench.set_defaults(run=lambda a: bench.print_help() or 0)
     bench_cmds = bench.add_subparsers(dest="bench_command", metavar="SUBCOMMAND")
     f = bench_cmds.add_parser("fill", help="measure the shared case plan on this machine's device",
@@ -91,6 +159,27 @@ def _parser() -> argparse.ArgumentParser:
     f.add_argument("--trials", type=int, default=10, help="correctness trials per case (default 10)")
     f.add_argument("--device", help="cuda or cpu (default: cuda when available)")
     f.set_defaults(run=_fill)
+
+    m = bench_cmds.add_parser("merge", help="fold JSONL shards or a user cache into the report store ($POPCORN_STORE)")
+    m.add_argument("files", nargs="*", help="JSONL files or directories (default: the user cache)")
+    m.add_argument("--scrub-incomplete", action="store_true",
+                   help="then delete rows that were scheduled but never measured")
+    m.set_defaults(run=_merge)
+
+    c = bench_cmds.add_parser("check", help="audit the report store: missing, stale, failing, untimed pairs")
+    c.add_argument("--release", action="store_true", help="also require passes, timings, curve points, no bad rows")
+    c.set_defaults(run=_check)
+
+    pub = bench_cmds.add_parser("publish", help="write an immutable published report and dispatch table")
+    pub.add_argument("--out", help="directory (default: the bundled popcorn/reports)")
+    pub.add_argument("--force", action="store_true", help="publish although `bench check --release` fails")
+    pub.add_argument("--as-of", type=int, metavar="VERSION", help="publish this store version (default: latest)")
+    pub.set_defaults(run=_publish)
+
+    v = bench_cmds.add_parser("view", help="print the support matrix (op x backend) in the terminal")
+    v.add_argument("--user", action="store_true", help="fold in this machine's user cache")
+    v.add_argument("--as-of", type=int, metavar="VERSION", help="the report store at this Delta version")
+    v.set_defaults(run=_view)
     sweep = groups.add_parser("sweep", help="run the full measurement sweep through Dagster, locally or on Slurm")
     sweep.set_defaults(run=lambda a: sweep.print_help() or 0)
     return p

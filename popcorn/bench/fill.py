@@ -27,7 +27,7 @@ from . import plan as planning
 from . import store
 from .api import _record, device_name
 from .compare import Result
-from .record import CRASH, OOM, STATUSES, TIMEOUT, Record
+from .record import CRASH, OOM, SENTINEL_REASON, STATUSES, TIMEOUT, Record
 
 REUSABLE = frozenset({"pass", "fail", "crash", "oom", "timeout", "skip"})  # error rows are measured again
 REFERENCE_TIMEOUT = 60.0  # a reference that needs longer than this is an OOM-class budget, not a compile
@@ -163,7 +163,7 @@ def orphaned_sentinels(sentinel_dir: Path) -> list[Record]:
         except PermissionError:
             continue
         try:
-            rows.append(crash_row(json.loads(path.read_text()), "worker did not complete the case"))
+            rows.append(crash_row(json.loads(path.read_text()), SENTINEL_REASON))
         except (ValueError, KeyError, ImportError, AttributeError):
             pass  # not ours to judge; leave nothing half-read behind
         path.unlink(missing_ok=True)

@@ -17,6 +17,9 @@ SCHEMA = 1
 PASS, FAIL, CRASH, OOM, TIMEOUT, SKIP, ERROR = "pass", "fail", "crash", "oom", "timeout", "skip", "error"
 STATUSES = (PASS, FAIL, CRASH, OOM, TIMEOUT, SKIP, ERROR)
 CONCLUSIVE = frozenset({PASS, FAIL, CRASH, OOM})
+# The reason of a row for a case that was scheduled but never measured (its worker vanished
+# with the whole fill); `popcorn bench merge --scrub-incomplete` removes these.
+SENTINEL_REASON = "worker did not complete the case"
 
 TIMING_FIELDS = (
     "fwd_ms", "fwd_q20_ms", "fwd_q80_ms", "bwd_ms", "bwd_q20_ms", "bwd_q80_ms",

@@ -48,7 +48,9 @@ def read(op: str, root: Path | None = None) -> list[Record]:
     return read_file(path)
 
 
-def read_file(path: Path) -> list[Record]:
+def read_file(path: Path, bad: list | None = None) -> list[Record]:
+    """Records of one JSONL file. A corrupt line raises, naming file and line, unless ``bad`` is a
+    list: then ``(path, line number, why)`` is appended to it and the line is skipped."""
     rows = []
     with open(path) as f:
         for n, line in enumerate(f, 1):
@@ -56,8 +58,24 @@ def read_file(path: Path) -> list[Record]:
                 try:
                     rows.append(Record.from_json(line))
                 except (ValueError, TypeError) as e:
-                    raise ValueError(f"{path}:{n}: not a popcorn record ({e}); move the file aside to rebuild it") from e
+                    if bad is None:
+                        raise ValueError(f"{path}:{n}: not a popcorn record ({e}); "
+                                         "move the file aside to rebuild it") from e
+                    bad.append((str(path), n, str(e)[:200]))
     return rows
+
+
+def jsonl_files(paths: list) -> list[Path]:
+    """JSONL files named directly or found (recursively) under named directories, sorted."""
+    files = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            files += sorted(p.rglob("*.jsonl"))
+        elif p.exists():
+            files.append(p)
+        else:
+            raise FileNotFoundError(f"{p}: no such file or directory")
+    return files
 
 
 def merge(rows: list[Record], incoming: list[Record]) -> list[Record]:

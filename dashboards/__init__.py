@@ -1,0 +1,1 @@
+"""The Streamlit kernel explorer (support matrix, slices, curves, live fill)."""

@@ -1,0 +1,1 @@
+"""The Dagster code location: references, per-backend measurement partitions and the merged report."""

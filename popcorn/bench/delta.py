@@ -1,0 +1,127 @@
+"""The report store: one Delta table of Records where every machine's rows meet.
+
+Partitioned by op, upserted on the record key with the user cache's merge rule (a conclusive
+row beats an inconclusive one; among equals the newer wins). deltalake is imported only here.
+Merges are single-writer by nature in Delta (concurrent merges conflict even on disjoint
+partitions), so a merge retries on commit conflicts. Reads filter in Python after a partition
+prune: merges rewrite string columns as string_view, which pyarrow cannot compare.
+
+Location: ``$POPCORN_STORE`` (a path or an object-store URI deltalake supports), default
+``$XDG_DATA_HOME/popcorn/store`` (``~/.local/share/popcorn/store``).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from pathlib import Path
+
+from .record import CONCLUSIVE, Record, SENTINEL_REASON, arrow_schema, from_arrow, to_arrow
+from .store import merge as merge_rows
+
+KEY = ("op", "impl", "device", "torch", "backend_version", "case_id", "grad")
+_CONCLUSIVE = "({a}.status IN (" + ", ".join(f"'{s}'" for s in sorted(CONCLUSIVE)) + "))"
+# The merge rule as SQL: rank (conclusive, ts). Unlike the user cache, an exact tie keeps the
+# stored row, so merging the same shard twice rewrites nothing.
+_PREFER = (f"(CAST({_CONCLUSIVE.format(a='s')} AS INT) > CAST({_CONCLUSIVE.format(a='t')} AS INT)) OR "
+           f"(CAST({_CONCLUSIVE.format(a='s')} AS INT) = CAST({_CONCLUSIVE.format(a='t')} AS INT) AND s.ts > t.ts)")
+_MATCH = " AND ".join(f"(t.{k} IS NOT DISTINCT FROM s.{k})" for k in KEY)
+
+
+def location() -> str:
+    uri = os.environ.get("POPCORN_STORE")
+    if uri:
+        return uri
+    root = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
+    return str(root / "popcorn" / "store")
+
+
+class ReportStore:
+    """The Delta table at ``uri`` (default :func:`location`)."""
+
+    def __init__(self, uri: str | None = None):
+        self.uri = uri or location()
+
+    def exists(self) -> bool:
+        from deltalake import DeltaTable
+
+        return DeltaTable.is_deltatable(self.uri)
+
+    def table(self, version: int | None = None):
+        from deltalake import DeltaTable
+
+        if not self.exists():
+            raise FileNotFoundError(f"no report store at {self.uri}; create one with `popcorn bench merge FILES...` "
+                                    "(or point POPCORN_STORE at an existing one)")
+        return DeltaTable(self.uri, version=version)
+
+    @property
+    def version(self) -> int | None:
+        return self.table().version() if self.exists() else None
+
+    def history(self) -> list[dict]:
+        return self.table().history()
+
+    def read(self, op: str | None = None, version: int | None = None, **equals) -> list[Record]:
+        """Records of ``op`` (all ops when None) at ``version`` (the latest when None) whose columns
+        equal ``equals`` (e.g. ``status="pass"``). The partition prune happens in Delta; string
+        filters run after casting string_view back to string, so they work after merges."""
+        if not self.exists():
+            return []
+        dt = self.table(version)
+        table = dt.to_pyarrow_table(filters=[("op", "=", op)] if op else None)
+        table = table.select(arrow_schema().names).cast(arrow_schema())
+        if equals:
+            import pyarrow.compute as pc
+
+            unknown = set(equals) - set(table.column_names)
+            if unknown:
+                raise ValueError(f"unknown columns {sorted(unknown)}; columns: {table.column_names}")
+            mask = None
+            for k, v in equals.items():
+                m = pc.is_null(table[k]) if v is None else pc.equal(table[k], v)
+                mask = m if mask is None else pc.and_(mask, m)
+            table = table.filter(mask)
+        return from_arrow(table)
+
+    def merge(self, records: list[Record], retries: int = 8) -> dict:
+        """Upsert ``records`` with the merge rule; returns deltalake's metrics plus the new version."""
+        from deltalake import write_deltalake
+        from deltalake.exceptions import CommitFailedError, DeltaError
+
+        rows = merge_rows([], records)  # one row per key, the rule applied within the batch too
+        if not rows:
+            return {"num_source_rows": 0, "version": self.version}
+        batch = to_arrow(rows)
+        for attempt in range(retries + 1):
+            try:
+                if not self.exists():
+                    write_deltalake(self.uri, batch, partition_by=["op"], mode="append")
+                    return {"num_source_rows": len(rows), "num_target_rows_inserted": len(rows),
+                            "version": self.version}
+                metrics = (self.table().merge(source=batch, predicate=_MATCH, source_alias="s", target_alias="t")
+                           .when_matched_update_all(predicate=_PREFER).when_not_matched_insert_all().execute())
+                return {**metrics, "version": self.version}
+            except (CommitFailedError, DeltaError) as e:
+                # a concurrent writer committed first (or created the table first): rerun the merge
+                if attempt == retries or not _is_conflict(e):
+                    raise
+                time.sleep(random.uniform(0.05, 0.2) * (attempt + 1))
+        raise AssertionError("unreachable")
+
+    def scrub_incomplete(self) -> int:
+        """Delete rows scheduled but never measured (the sentinel reason); returns how many."""
+        if not self.exists():
+            return 0
+        metrics = self.table().delete(f"reason = '{SENTINEL_REASON}'")
+        return int(metrics.get("num_deleted_rows", 0))
+
+    def compact(self) -> None:
+        """Rewrite small files (also makes string columns homogeneous again)."""
+        self.table().optimize.compact()
+
+
+def _is_conflict(e: Exception) -> bool:
+    text = str(e).lower()
+    return any(w in text for w in ("concurrent", "conflict", "already exists", "version", "commit"))

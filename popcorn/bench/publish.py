@@ -1,0 +1,97 @@
+"""``popcorn bench publish``: an immutable published report from the store.
+
+A published report is a directory of snapshots, each stamped with the Delta version it came
+from and never rewritten: ``report-v<N>.parquet`` (the current, conclusive rows) and
+``dispatch-v<N>.json`` (the compiled dispatch table: per op, the evidence dispatch reads, in
+plain JSON so a training process needs neither pyarrow nor deltalake), plus ``CURRENT``, which
+names the version the runtime loads. The default directory is the bundled ``popcorn/reports``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+
+from .delta import ReportStore
+from .record import CONCLUSIVE, Record, to_arrow
+
+BUNDLED = Path(__file__).resolve().parents[1] / "reports"
+DISPATCH_SCHEMA = 1
+DISPATCH_FIELDS = ("impl", "case_id", "config", "grad", "device", "torch", "backend_version", "status", "reason",
+                   "fwd_ms", "bwd_ms", "step_ms", "fwd_mem_mb", "step_mem_mb")
+
+
+class PublishRefused(RuntimeError):
+    pass
+
+
+def current_rows(records: list[Record], ops: dict) -> list[Record]:
+    """Conclusive rows measured against today's code of ops this install knows."""
+    out = []
+    for r in records:
+        op = ops.get(r.op)
+        impl = op.implementations.get(r.impl) if op else None
+        if impl is not None and r.status in CONCLUSIVE and r.current(op.ref_hash, impl.impl_hash):
+            out.append(r)
+    return out
+
+
+def dispatch_table(rows: list[Record], ops: dict, store_version: int, uri: str) -> dict:
+    table = {"schema": DISPATCH_SCHEMA, "store_version": store_version, "store": uri,
+             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"), "rows": len(rows), "ops": {}}
+    for r in sorted(rows, key=lambda r: (r.op, r.impl, r.case_id, r.grad, r.device)):
+        entry = table["ops"].setdefault(r.op, {
+            "ref_hash": ops[r.op].ref_hash,
+            "impl_hash": {n: i.impl_hash for n, i in ops[r.op].implementations.items()},
+            "rows": []})
+        row = {k: getattr(r, k) for k in DISPATCH_FIELDS}
+        row["config"] = json.loads(r.config)
+        entry["rows"].append(row)
+    return table
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def publish(store: ReportStore, ops: dict, out: Path = BUNDLED, *, force: bool = False,
+            version: int | None = None, log=None) -> Path:
+    """Write the snapshot of ``store`` (at ``version``, default latest) under ``out``; returns the JSON path.
+
+    Refuses (PublishRefused) when ``popcorn bench check --release`` fails, unless ``force``.
+    """
+    import pyarrow.parquet as pq
+
+    from .audit import run_check
+
+    version = store.version if version is None else version
+    records = store.read(version=version)
+    report = io.StringIO()
+    if run_check(records, ops, release=True, out=report) != 0 and not force:
+        raise PublishRefused(f"the release check fails for store version {version}:\n{report.getvalue()}"
+                             "fix it, or publish anyway with --force")
+    rows = current_rows(records, ops)
+    out.mkdir(parents=True, exist_ok=True)
+    parquet, table_path = out / f"report-v{version}.parquet", out / f"dispatch-v{version}.json"
+    if table_path.exists():
+        raise PublishRefused(f"{table_path} exists: published reports are immutable; merge new rows "
+                             "(a new store version) and publish that")
+    arrow = to_arrow(rows).replace_schema_metadata({"popcorn_store_version": str(version), "popcorn_store": store.uri})
+    buf = io.BytesIO()
+    pq.write_table(arrow, buf, compression="zstd")
+    _atomic_write(parquet, buf.getvalue())
+    _atomic_write(table_path, json.dumps(dispatch_table(rows, ops, version, store.uri), sort_keys=True).encode())
+    _atomic_write(out / "CURRENT", f"{version}\n".encode())
+    if log:
+        print(f"published store version {version}: {len(rows)} current rows of {len(records)} -> {table_path}",
+              file=log)
+    return table_path

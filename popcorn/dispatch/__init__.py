@@ -1,0 +1,1 @@
+"""Choosing a backend from published evidence; ``table.load()`` reads the published dispatch table."""

@@ -1,0 +1,1 @@
+"""First-party Triton kernels (the ``popcorn`` backend), one module per op."""

@@ -1,0 +1,1 @@
+"""The bundled published report (written only by ``popcorn bench publish``)."""
