@@ -214,8 +214,8 @@ def _hint(op_name: str, impl: str, kinds: set[str], ops: dict) -> list[str]:
 
     lines = []
     if kinds & {NO_PASS, UNCLEAN}:
-        lines.append(f"  fix {op_name} {impl} first: fail/crash rows are reused until its code changes "
-                     f"(add --force to re-measure unchanged code)")
+        lines.append(f"  fix {op_name} {impl} where it fails: fill reuses fail/crash rows until its code changes "
+                     f"(--force re-measures unchanged code; error rows are always re-measured)")
     lines.append(f"  popcorn bench fill {op_name} --backend {impl}")
     problem = ops[op_name].implementations[impl].backend.problem()
     if problem:

@@ -60,6 +60,7 @@ def _atomic_write(path: Path, data: bytes) -> None:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
+    os.chmod(tmp, 0o644)  # mkstemp makes 0600; a published report is for every reader
     os.replace(tmp, path)
 
 

@@ -25,10 +25,22 @@ def _strip(node: ast.AST) -> ast.AST:
     return node
 
 
+def _serialize(node) -> str:
+    """A canonical dump that leaves out empty and None fields, so fields a newer Python adds with an
+    empty default (``type_params`` in 3.12) do not change the text: one hash on 3.11 through 3.13."""
+    if isinstance(node, ast.AST):
+        parts = [f"{f}={_serialize(v)}" for f in node._fields
+                 if (v := getattr(node, f, None)) is not None and v != []]
+        return f"{type(node).__name__}({','.join(parts)})"
+    if isinstance(node, list):
+        return "[" + ",".join(_serialize(v) for v in node) + "]"
+    return repr(node)
+
+
 def normalized_source(obj) -> str:
-    """The AST dump of ``obj``'s source (a function or class), or of ``obj`` itself if a string."""
+    """The canonical AST dump of ``obj``'s source (a function or class), or of ``obj`` itself if a string."""
     source = obj if isinstance(obj, str) else textwrap.dedent(inspect.getsource(obj))
-    return ast.dump(_strip(ast.parse(source)), annotate_fields=False, include_attributes=False)
+    return _serialize(_strip(ast.parse(source)))
 
 
 def _closure_values(obj) -> str:

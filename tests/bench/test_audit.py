@@ -1,0 +1,155 @@
+"""bench check: missing/stale always block; the release gates block only with release."""
+
+import io
+
+import pytest
+
+from popcorn.bench.audit import (CURVES, MISSING, NO_PASS, NO_TIMING, STALE, UNCLEAN, UNREGISTERED,
+                                 _static_gate_admits, audit, plan_for, run_check)
+from popcorn.bench.plan import Curve
+from popcorn.kernels import OPS
+
+from .test_record import make
+
+OP = OPS["rms_norm"]
+REF = OP.ref_hash
+COMPILE = OP.implementations["compile"].impl_hash
+TORCH = OP.implementations["torch"].impl_hash
+
+
+def row(impl="compile", **kw):
+    kw.setdefault("ref_hash", REF)
+    kw.setdefault("impl_hash", COMPILE if impl == "compile" else TORCH)
+    kw.setdefault("ref_fwd_ms", 1.0)
+    return make(impl=impl, **kw)
+
+
+def curve_rows(status="pass", points=2, skip_curve=None, **kw):
+    """``points`` rows on every named curve of rms_norm's plan; ``skip_curve``'s rows are skips."""
+    rows, seen = [], set()
+    for curve in plan_for(OP).curves:
+        for cid in curve.case_ids[:points]:
+            if cid in seen:
+                continue
+            seen.add(cid)
+            skip = curve.name == skip_curve
+            rows.append(row(case_id=cid, status="skip" if skip else status,
+                            fwd_ms=None if skip else kw.get("fwd_ms", 0.5), reason="gated" if skip else None))
+    return rows
+
+
+def kinds(findings, impl="compile"):
+    return {f.kind for f in findings if f.impl == impl}
+
+
+def check(records, release):
+    out = io.StringIO()
+    return run_check(records, OPS, release=release, out=out), out.getvalue()
+
+
+def test_clean_release_passes():
+    records = curve_rows() + [row(impl="torch")]
+    assert audit(records, OPS, release=True) == []
+    code, text = check(records, release=True)
+    assert code == 0
+    assert "records: 1/1 current fingerprints" in text and "passes: 1/1" in text and "timings: 1/1" in text
+    assert "passed" in text and "popcorn bench fill" not in text
+
+
+def test_stale_always_blocks_and_names_the_fix():
+    records = [row(impl_hash="cccccccccccc"), row(ref_hash="dddddddddddd")]
+    findings = audit(records, OPS, release=False)
+    assert [(f.kind, f.blocking) for f in findings] == [(STALE, True)]
+    code, text = check(records, release=False)
+    assert code == 1
+    assert "popcorn bench fill rms_norm --backend compile" in text
+    assert "popcorn bench merge " in text and "records: 0/1 current fingerprints" in text
+    assert kinds(audit(records + [row()], OPS, release=False)) == set()  # one current row clears it
+
+
+def test_missing_only_with_release():
+    records = [row(impl="torch")]
+    assert audit(records, OPS, release=False) == []  # torch is the reference: never audited
+    assert check(records, release=False)[0] == 0
+    findings = audit(records, OPS, release=True)
+    assert [(f.impl, f.kind, f.blocking) for f in findings] == [("compile", MISSING, True)]
+    assert check(records, release=True)[0] == 1
+    assert MISSING not in kinds(audit(curve_rows(), OPS, release=True))
+
+
+def test_no_pass_warns_without_release_and_blocks_with_it():
+    records = [row(status="fail", reason="out0: err", fwd_ms=None), row(case_id="x", status="oom", fwd_ms=None)]
+    (f,) = audit(records, OPS, release=False)
+    assert (f.kind, f.blocking) == (NO_PASS, False)
+    assert "fail=1" in f.detail and "oom=1" in f.detail
+    code, text = check(records, release=False)
+    assert code == 0 and "warn" in text
+    release = audit(records, OPS, release=True)
+    assert NO_PASS in kinds(release) and all(f.blocking for f in release)
+    assert check(records, release=True)[0] == 1
+    assert NO_PASS not in kinds(audit(records + [row(case_id="y")], OPS, release=True))
+
+
+def test_no_timing():
+    untimed = curve_rows()
+    for r in untimed:
+        r.fwd_ms = None
+    assert NO_TIMING in kinds(audit(untimed, OPS, release=True))
+    assert NO_TIMING not in kinds(audit(untimed, OPS, release=False))  # a release gate only
+    assert NO_TIMING not in kinds(audit(untimed + [row()], OPS, release=True))
+
+
+def test_curves_need_two_timed_points_and_skips_are_gated():
+    one = curve_rows(points=1)
+    (f,) = [f for f in audit(one, OPS, release=True) if f.kind == CURVES]
+    assert f.blocking and "curve:production:" in f.detail and "(1/" in f.detail
+    assert CURVES not in kinds(audit(one, OPS, release=False))
+    assert CURVES not in kinds(audit(curve_rows(points=2), OPS, release=True))
+    # a curve whose attempted points are all skips counts as gated, not missing
+    name = plan_for(OP).curves[0].name
+    gated = curve_rows(skip_curve=name)
+    assert CURVES not in kinds(audit(gated, OPS, release=True))
+    code, text = check(gated, release=True)
+    assert code == 0 and "gated" in text
+    # stale rows do not count as points
+    first = set(plan_for(OP).curves[0].case_ids)
+    stale = [row(case_id=r.case_id, impl_hash="cccccccccccc") if r.case_id in first else r for r in curve_rows()]
+    (f,) = [f for f in audit(stale, OPS, release=True) if f.kind == CURVES]
+    assert name in f.detail
+
+
+def test_static_gates_exempt_curves():
+    attn = OPS["attn"]
+    curve = Curve("curve:production:seq:float32:base", "production", "seq", "float32", "base", {}, (), {}, (), ())
+    assert not _static_gate_admits(attn, attn.implementations["sdpa:cudnn"], curve)
+    assert _static_gate_admits(attn, attn.implementations["sdpa:efficient"], curve)
+    bf16 = Curve(curve.name, "production", "seq", "bfloat16", "base", {}, (), {}, (), ())
+    assert _static_gate_admits(attn, attn.implementations["sdpa:cudnn"], bf16)
+
+
+@pytest.mark.parametrize("bad", [dict(status="fail", fwd_ms=None), dict(status="crash", fwd_ms=None),
+                                 dict(status="error", fwd_ms=None), dict(bench_error="cuda graph capture")])
+def test_unclean(bad):
+    records = curve_rows() + [row(case_id="zzzzzzzzzzzz", **bad)]
+    (f,) = audit(records, OPS, release=True)
+    assert (f.kind, f.blocking) == (UNCLEAN, True)
+    assert UNCLEAN not in kinds(audit(records, OPS, release=False))
+    code, text = check(records, release=True)
+    assert code == 1 and "--force" in text
+    # unclean stale rows are history, not evidence
+    old = curve_rows() + [row(case_id="zzzzzzzzzzzz", impl_hash="cccccccccccc", **bad)]
+    assert audit(old, OPS, release=True) == []
+
+
+def test_unregistered_rows_are_noted_not_blocking():
+    records = [row(), make(op="no_such_op"), row(impl="liger", impl_hash="x")]
+    findings = audit(records, OPS, release=False)
+    assert {(f.op, f.impl, f.kind) for f in findings} == {("no_such_op", "*", UNREGISTERED),
+                                                          ("rms_norm", "liger", UNREGISTERED)}
+    assert not any(f.blocking for f in findings)
+    assert check(records, release=False)[0] == 0
+
+
+def test_no_records_fails():
+    code, text = check([], release=False)
+    assert code == 1 and "no records" in text

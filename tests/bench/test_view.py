@@ -1,0 +1,75 @@
+"""bench view: the terminal support matrix."""
+
+import io
+
+from popcorn.bench.view import EXPLORER, columns, run_view, support_matrix
+from popcorn.kernels import OPS
+
+from .test_record import make
+
+OP = OPS["rms_norm"]
+
+
+def row(impl="compile", **kw):
+    kw.setdefault("ref_hash", OP.ref_hash)
+    kw.setdefault("impl_hash", OP.implementations[impl].impl_hash)
+    return make(impl=impl, **kw)
+
+
+def cells(records, op="rms_norm"):
+    lines = support_matrix(records, OPS).splitlines()
+    head = lines[0].split()
+    line = next(l for l in lines[1:] if l.split()[0] == op)
+    # cells are padded to the header's column starts
+    starts = [lines[0].index(name) for name in head]
+    return {name: line[a:b].strip() for name, a, b in zip(head, starts, starts[1:] + [None])}
+
+
+def test_columns_reference_first_then_sorted():
+    cols = columns(OPS)
+    assert cols[0] == "torch"
+    assert cols[1:] == sorted(cols[1:]) and "compile" in cols and "sdpa:flash" in cols
+
+
+def test_all_pass_with_median_speedup():
+    records = [row(ref_fwd_ms=2.0, fwd_ms=1.0, case_id="a"), row(ref_fwd_ms=3.0, fwd_ms=1.0, case_id="b"),
+               row(ref_fwd_ms=1.0, fwd_ms=2.0, case_id="c"), row(impl="torch", fwd_ms=2.0)]
+    c = cells(records)
+    assert c["compile"] == "✔ 2.0x"
+    assert c["torch"] == "✔"  # the reference shows the mark only
+
+
+def test_some_pass_none_pass_stale_and_empty():
+    some = [row(ref_fwd_ms=1.0, fwd_ms=0.25), row(case_id="s", status="skip", fwd_ms=None)]
+    assert cells(some)["compile"] == "✔* 4.0x"
+    assert cells([row(ref_fwd_ms=1.0, fwd_ms=0.5), row(case_id="t", status="timeout", fwd_ms=None)])["compile"] \
+        == "✔* 2.0x"
+    assert cells([row(status="fail", fwd_ms=None), row(case_id="o", status="oom", fwd_ms=None)])["compile"] == "✘"
+    assert cells([row(impl_hash="cccccccccccc")])["compile"] == "?"
+    assert cells([row()])["torch"] == "·"
+    assert cells([row()], op="softmax")["compile"] == "·"
+
+
+def test_stale_rows_do_not_count():
+    records = [row(ref_fwd_ms=1.0, fwd_ms=0.5), row(case_id="f", status="fail", impl_hash="cccccccccccc")]
+    assert cells(records)["compile"] == "✔ 2.0x"
+
+
+def test_speedup_needs_both_times():
+    assert cells([row(ref_fwd_ms=None, fwd_ms=0.5)])["compile"] == "✔"
+
+
+def test_unregistered_impl_cells_are_blank():
+    assert cells([row()])["sdpa:flash"] == ""
+    assert cells([row()], op="attn")["sdpa:flash"] == "·"
+
+
+def test_run_view_footer():
+    out = io.StringIO()
+    records = [row(ref_fwd_ms=1.0, fwd_ms=0.5), row(impl_hash="cccccccccccc", case_id="x"), make(op="gone")]
+    assert run_view(records, OPS, out=out) == 0
+    text = out.getvalue()
+    assert "3 rows (1 current, 1 of unregistered ops or implementations, not shown)" in text
+    assert f"Explorer: {EXPLORER}" in text and EXPLORER == "streamlit run dashboards/explorer.py"
+    empty = io.StringIO()
+    assert run_view([], OPS, out=empty) == 1 and "no records" in empty.getvalue()
