@@ -11,7 +11,7 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
 
-SCHEMA = 1
+from popcorn.core.paths import SCHEMA
 
 # Statuses. Conclusive ones say something about the implementation; the rest say why not.
 PASS, FAIL, CRASH, OOM, TIMEOUT, SKIP, ERROR = "pass", "fail", "crash", "oom", "timeout", "skip", "error"

@@ -15,14 +15,9 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
-from .record import SCHEMA, Record, prefer
+from popcorn.core.paths import cache_dir
 
-
-def cache_dir() -> Path:
-    root = os.environ.get("POPCORN_CACHE_DIR")
-    if not root:
-        root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "popcorn"
-    return Path(root) / f"v{SCHEMA}" / "reports"
+from .record import Record, prefer
 
 
 def path_for(op: str, root: Path | None = None) -> Path:
@@ -107,3 +102,12 @@ def write(records: list[Record], root: Path | None = None) -> None:
             except BaseException:
                 os.unlink(tmp)
                 raise
+    _forget(by_op)
+
+
+def _forget(ops) -> None:
+    """New evidence: dispatch must decide these ops' calls afresh."""
+    from popcorn.dispatch import forget
+
+    for op in ops:
+        forget(op)

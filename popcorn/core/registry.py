@@ -7,6 +7,7 @@ and ``compile`` (torch.compile of the reference) are registered on every op.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import importlib
 import inspect
@@ -23,6 +24,23 @@ from .backends import Backend, family
 from .errors import DispatchError
 from .fingerprint import fingerprint
 from .shapes import Binding, TensorSpec, bind
+
+# Backends a `with popcorn.use(...)` block prefers, innermost first; part of every memo key.
+PREFERENCE: contextvars.ContextVar[tuple] = contextvars.ContextVar("popcorn_preference", default=())
+# Installed by popcorn.dispatch: (op, arguments, grad) -> Implementation. None: the reference runs.
+DISPATCHER = None
+
+
+def _call_key(args: tuple, kwargs: dict) -> tuple:
+    """What a decision depends on: grad mode, scoped preference, tensor shape/dtype/device/grad, scalars."""
+    key = [torch.is_grad_enabled(), PREFERENCE.get()]
+    for a in args:
+        key.append((a.shape, a.dtype, a.device, a.requires_grad) if isinstance(a, torch.Tensor) else a)
+    if kwargs:
+        for k, a in kwargs.items():
+            key.append((k, (a.shape, a.dtype, a.device, a.requires_grad) if isinstance(a, torch.Tensor) else a))
+    return tuple(key)
+
 
 _IMPL_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*(:[a-z0-9][a-z0-9_-]*)?$")
 REFERENCE = "torch"
@@ -174,6 +192,7 @@ class Op:
         self.meta = metadata.parse(self.name, fn.__doc__, tags)
         self.ref_hash = fingerprint(fn)
         self.implementations: dict[str, Implementation] = {}
+        self._memo: dict = {}
         self.implementations[REFERENCE] = Implementation(self, REFERENCE, fn=fn)
         functools.update_wrapper(self, fn)
         params = list(self.signature.parameters.values()) + [
@@ -203,6 +222,7 @@ class Op:
             raise ValueError(f"{self.name}: implementation '{name}' is already registered")
         self.implementations[name] = Implementation(self, name, fn=fn, source=source, gates=dict(gates or {}),
                                                     predicate=predicate, forward_only=forward_only)
+        self.forget()
         return fn
 
     def __getitem__(self, name: str) -> Implementation:
@@ -235,16 +255,53 @@ class Op:
             isinstance(v, torch.Tensor) and v.requires_grad for v in arguments.values())
 
     def __call__(self, *args, backend: str | None = None, bench: bool | None = None, **kwargs):
+        # The hot path: a call whose signature was decided before costs a key and a dict lookup.
+        if backend is None and bench is None:
+            try:
+                return self._memo[_call_key(args, kwargs)](*args, **kwargs)
+            except (KeyError, TypeError):  # new signature, or an unhashable argument
+                pass
+        return self._call(args, kwargs, backend, bench)
+
+    def _call(self, args: tuple, kwargs: dict, backend: str | None, bench: bool | None):
         arguments = self.arguments(args, kwargs)
         self.bind(arguments)
         if bench or (bench is None and os.environ.get("POPCORN_BENCH") == "1"):
             _harness("ensure")(self, args, kwargs)
-        impl = self.implementations[REFERENCE] if backend is None else self[backend]
-        impl.backend.require()  # a missing package says which extra to install
-        reason = impl.rejects(arguments, self.needs_grad(arguments))
-        if reason:
-            raise DispatchError(f"{self.name}: backend '{impl.name}' rejected the call: {reason}")
+        grad = self.needs_grad(arguments)
+        if backend is not None:
+            impl = self[backend]
+            impl.backend.require()  # a missing package says which extra to install
+            reason = impl.rejects(arguments, grad)
+            if reason:
+                raise DispatchError(f"{self.name}: backend '{impl.name}' rejected the call: {reason}")
+            return impl.invoke(arguments)
+        impl = self.choose(arguments, grad)
+        try:
+            key = _call_key(args, kwargs)
+            hash(key)
+        except TypeError:
+            return impl.invoke(arguments)
+        # adapters and the reference take the reference's parameters, so they take the call as made
+        self._memo[key] = impl.fn if impl.fn is not None else (lambda *a, **k: impl.invoke(self.arguments(a, k)))
         return impl.invoke(arguments)
+
+    def choose(self, arguments: dict, grad: bool) -> Implementation:
+        """The implementation this call runs: a scoped preference when it admits the call, else the
+        dispatcher's choice from the evidence (the reference when no dispatcher is installed)."""
+        preferred = PREFERENCE.get()
+        if preferred:
+            for name in preferred:
+                impl = self.implementations.get(name)
+                if impl is not None and impl.rejects(arguments, grad) is None:
+                    return impl
+        if DISPATCHER is not None:
+            return DISPATCHER(self, arguments, grad)
+        return self.implementations[REFERENCE]
+
+    def forget(self) -> None:
+        """Drop memoized decisions (new evidence arrived)."""
+        self._memo.clear()
 
     def validate(self, *args, trials: int | None = None, **kwargs) -> list:
         """Check every eligible non-reference backend on this exact call (no timing); Records, cached."""

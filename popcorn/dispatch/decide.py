@@ -1,0 +1,188 @@
+"""The decision for one call signature: eligibility, correctness, then speed.
+
+1. Eligibility: installed in range, gradient support, gates, predicate (Implementation.rejects),
+   and the validity region learned from the rows of the call's group: the dim range the backend
+   passed on, minus failing divisibility.
+2. Correctness: a failing or crashing row for this exact case blocks the backend.
+3. Speed: each backend's nearest measured neighbour (log-shape distance) in the group gives a
+   speedup over the reference (step time when gradients are needed, forward otherwise); the
+   best wins unless it beats the reference by less than BAND.
+
+A group is: device (the same name, else a sibling of the same type), dtype, gradient mode,
+present optionals and non-float scalar args. Evidence from other torch/backend versions or a
+sibling device ranks too, with a one-time warning.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field
+from functools import reduce
+
+import torch
+
+from popcorn.core.registry import REFERENCE
+
+from .evidence import rows_for
+
+BAND = 0.03  # the reference stays unless a backend is predicted at least 3% faster
+_WARNED: set = set()
+
+
+@dataclass
+class Verdict:
+    impl: str
+    eligible: bool
+    why: str
+    speedup: float | None = None
+    cited: dict | None = None  # the row the verdict rests on
+
+
+@dataclass
+class Decision:
+    impl: str
+    verdicts: list[Verdict] = field(default_factory=list)
+
+    def explain(self) -> str:
+        lines = [f"runs {self.impl}"]
+        for v in self.verdicts:
+            mark = "ok " if v.eligible else "no "
+            lines.append(f"  {mark}{v.impl}: {v.why}")
+            if v.cited:
+                c = v.cited
+                lines.append(f"       record: {c['case_id']} {c['dtype']} dims={c['dims']} batch={list(c['batch'])} "
+                             f"grad={c['grad']} on {c['device']} (torch {c['torch']}): {c['status']}, "
+                             f"fwd {c.get('fwd_ms')} ms, step {c.get('step_ms')} ms")
+        return "\n".join(lines)
+
+
+def _device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    import platform
+
+    return f"cpu:{platform.machine()}"
+
+
+def call_group(op, arguments: dict, binding) -> dict:
+    dims = dict(binding.dims)
+    device = next((v.device for v in arguments.values() if isinstance(v, torch.Tensor)), torch.device("cpu"))
+    return {
+        "dims": dims, "batch": tuple(binding.batch or ()),
+        "dtype": str(binding.dtype).removeprefix("torch.") if binding.dtype is not None else None,
+        "args": {n: arguments[n] for n in op.scalars},
+        "present": tuple(sorted(n for n in op.optional if arguments.get(n) is not None)),
+        "device": device,
+    }
+
+
+def _same_group(row: dict, call: dict, grad: bool) -> bool:
+    if row["dtype"] != call["dtype"] or row["grad"] != grad or row["present"] != call["present"]:
+        return False
+    for k, v in call["args"].items():
+        if not isinstance(v, float) and row["args"].get(k, v) != v:
+            return False
+    return set(row["dims"]) == set(call["dims"]) and len(row["batch"]) == len(call["batch"])
+
+
+def _distance(row: dict, call: dict) -> float:
+    d = sum((math.log1p(row["dims"][k]) - math.log1p(v)) ** 2 for k, v in call["dims"].items())
+    d += sum((math.log1p(a) - math.log1p(b)) ** 2 for a, b in zip(row["batch"], call["batch"]))
+    d += sum(1.0 for k, v in call["args"].items() if isinstance(v, float) and row["args"].get(k) != v)
+    return d
+
+
+def _time(row: dict, grad: bool, prefix: str = "") -> float | None:
+    return row.get(f"{prefix}step_ms" if grad else f"{prefix}fwd_ms") or (None if grad else None)
+
+
+def _region(name: str, rows: list[dict], call: dict) -> str | None:
+    """Why the call lies outside the region the backend passed on, or None when inside."""
+    passed = [r for r in rows if r["status"] == "pass"]
+    failed = [r for r in rows if r["status"] in ("fail", "crash")]
+    for dim, v in call["dims"].items():
+        values = [r["dims"][dim] for r in passed]
+        lo, hi = min(values), max(values)
+        if not lo <= v <= hi:
+            return f"outside its validity region: {dim}={v} outside [{lo}, {hi}]"
+        g = reduce(math.gcd, values)
+        if g > 1 and v % g and any(r["dims"][dim] % g for r in failed):
+            return f"outside its validity region: {dim}={v} is not a multiple of {g} (it failed off multiples)"
+    return None
+
+
+def _reference_time(rows: list[dict], row: dict, grad: bool) -> float | None:
+    t = _time(row, grad, "ref_")
+    if t:
+        return t
+    for r in rows:  # published tables carry no ref_* columns: use the reference's row of that case
+        if r["impl"] == REFERENCE and r["case_id"] == row["case_id"] and r["grad"] == row["grad"] \
+                and r["device"] == row["device"] and r["status"] == "pass":
+            return _time(r, grad)
+    return None
+
+
+def decide(op, arguments: dict, grad: bool) -> Decision:
+    binding = op.bind(arguments)
+    call = call_group(op, arguments, binding)
+    here = _device_name(call["device"])
+    all_rows = [r for r in rows_for(op) if _same_group(r, call, grad)]
+    exact_id = None
+    if call["dtype"] is not None:
+        from popcorn.core import Case
+
+        exact_id = Case(call["dims"], call["batch"], call["dtype"], call["args"], call["present"]).case_id
+    verdicts = []
+    for name, impl in op.implementations.items():
+        if name == REFERENCE:
+            continue
+        reason = impl.rejects(arguments, grad)
+        if reason:
+            verdicts.append(Verdict(name, False, reason))
+            continue
+        mine = [r for r in all_rows if r["impl"] == name]
+        same = [r for r in mine if r["device"] == here]
+        sibling = [r for r in mine if r["device"] != here and r["device"].startswith("cpu") == (call["device"].type == "cpu")]
+        rows = same or sibling
+        if not rows:
+            verdicts.append(Verdict(name, False, "no evidence for this device, dtype, gradient mode and arguments"))
+            continue
+        bad = [r for r in rows if r["case_id"] == exact_id and r["status"] in ("fail", "crash")]
+        if bad:
+            verdicts.append(Verdict(name, False, f"failed on this exact case: {bad[0].get('reason')}", cited=bad[0]))
+            continue
+        if not any(r["status"] == "pass" for r in rows):
+            verdicts.append(Verdict(name, False, "never passed in this group", cited=rows[0]))
+            continue
+        outside = _region(name, rows, call)
+        if outside:
+            verdicts.append(Verdict(name, False, outside))
+            continue
+        timed = [r for r in rows if r["status"] == "pass" and _time(r, grad)]
+        if not timed:
+            verdicts.append(Verdict(name, False, "passed but was never timed here"))
+            continue
+        near = min(timed, key=lambda r: (_distance(r, call), r["case_id"]))
+        ref = _reference_time(all_rows, near, grad)
+        if not ref:
+            verdicts.append(Verdict(name, False, "no reference timing beside its nearest record", cited=near))
+            continue
+        speedup = ref / _time(near, grad)
+        _warn_foreign(op.name, name, near, here)
+        verdicts.append(Verdict(name, True, f"{speedup:.2f}x the reference at its nearest record", speedup, near))
+    ranked = sorted((v for v in verdicts if v.eligible), key=lambda v: -v.speedup)
+    best = ranked[0] if ranked and ranked[0].speedup >= 1 + BAND else None
+    return Decision(best.impl if best else REFERENCE, verdicts)
+
+
+def _warn_foreign(op: str, impl: str, row: dict, here: str) -> None:
+    notes = []
+    if row["device"] != here:
+        notes.append(f"device {row['device']} (here {here})")
+    if row["torch"] != torch.__version__:
+        notes.append(f"torch {row['torch']} (here {torch.__version__})")
+    if notes and (op, impl) not in _WARNED:
+        _WARNED.add((op, impl))
+        warnings.warn(f"popcorn: ranking {op}:{impl} on evidence from {', '.join(notes)}; "
+                      f"run `popcorn bench fill {op} --backend {impl}` here to measure it", stacklevel=4)
