@@ -47,7 +47,15 @@ def _closure_values(obj) -> str:
     """Plain values a factory closed over (an SDPA backend enum, a block size): same source, other code."""
     cells = getattr(obj, "__closure__", None) or ()
     plain = (str, int, float, bool, type(None), tuple, enum.Enum)
-    return repr([c.cell_contents for c in cells if isinstance(c.cell_contents, plain)])
+    values = []
+    for cell in cells:
+        try:
+            value = cell.cell_contents
+        except ValueError:  # a name the function closes over that is not bound yet
+            continue
+        if isinstance(value, plain):
+            values.append(value)
+    return repr(values)
 
 
 def fingerprint(*objs) -> str:

@@ -31,14 +31,27 @@ PREFERENCE: contextvars.ContextVar[tuple] = contextvars.ContextVar("popcorn_pref
 DISPATCHER = None
 
 
+_Tensor, _grad_enabled = torch.Tensor, torch.is_grad_enabled
+
+
 def _call_key(args: tuple, kwargs: dict) -> tuple:
-    """What a decision depends on: grad mode, scoped preference, tensor shape/dtype/device/grad, scalars."""
-    key = [torch.is_grad_enabled(), PREFERENCE.get()]
+    """What a decision depends on: grad mode, scoped preference, tensor shape/dtype/device/grad, scalars.
+
+    Flat, and the device as its index (-1: CPU), because this runs on every call.
+    """
+    key = [_grad_enabled(), PREFERENCE.get()]
     for a in args:
-        key.append((a.shape, a.dtype, a.device, a.requires_grad) if isinstance(a, torch.Tensor) else a)
+        if isinstance(a, _Tensor):
+            key += (a.shape, a.dtype, a.get_device(), a.requires_grad)
+        else:
+            key.append(a)
     if kwargs:
         for k, a in kwargs.items():
-            key.append((k, (a.shape, a.dtype, a.device, a.requires_grad) if isinstance(a, torch.Tensor) else a))
+            key.append(k)
+            if isinstance(a, _Tensor):
+                key += (a.shape, a.dtype, a.get_device(), a.requires_grad)
+            else:
+                key.append(a)
     return tuple(key)
 
 

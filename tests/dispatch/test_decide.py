@@ -1,0 +1,159 @@
+"""Dispatch decisions on crafted evidence in a real user cache, through real op calls."""
+
+import json
+import warnings
+
+import pytest
+import torch
+
+import popcorn
+from popcorn.bench import store
+from popcorn.bench.api import device_name
+from popcorn.bench.record import Record
+from popcorn.core import Backend, Case, Float, declare_backend, register_kernel
+from popcorn.dispatch import evidence
+
+HERE = device_name(torch.device("cpu"))
+
+
+@pytest.fixture(autouse=True)
+def env(tmp_path, monkeypatch):
+    monkeypatch.setenv("POPCORN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("POPCORN_REPORT", str(tmp_path / "no-report"))  # no published evidence
+    monkeypatch.delenv("POPCORN_BENCH", raising=False)
+    evidence.reset()
+    yield
+    evidence.reset()
+
+
+def make_op():
+    declare_backend(Backend("toy", None))
+
+    @register_kernel(compile=False)
+    def toy_norm(x: Float["... hidden"], eps: float = 1e-6) -> Float["... hidden"]:
+        """Scale x.
+
+        $$y = 2x$$
+        """
+        ran.append("torch")
+        return 2 * x
+
+    ran = []
+
+    def adapter_for(name):
+        def adapter(x, eps):
+            ran.append(name)
+            return 2 * x
+        return adapter
+
+    for name in ("toy:fast", "toy:slow", "toy:fwd"):
+        toy_norm.register(name, adapter_for(name), forward_only=name == "toy:fwd")
+    toy_norm.ran = ran
+    return toy_norm
+
+
+def row(op, impl, hidden, *, status="pass", fwd=1.0, ref=2.0, step=None, grad=False, torch_version=None,
+        device=HERE, batch=(4,), ts="2026-12-01T00:00:00+00:00"):
+    case = Case({"hidden": hidden}, batch, "float32", {"eps": 1e-6})
+    return Record(op=op.name, impl=impl, case_id=case.case_id, case=case.label, config=json.dumps(case.config()),
+                  device=device, torch=torch_version or torch.__version__, backend_version=None,
+                  ref_hash=op.ref_hash, impl_hash=op[impl].impl_hash, status=status, grad=grad,
+                  reason=None if status == "pass" else "boom", fwd_ms=fwd if status == "pass" else None,
+                  ref_fwd_ms=ref, step_ms=step, ref_step_ms=2 * step if step else None, ts=ts)
+
+
+def last(op, x):
+    op.ran.clear()
+    op(x)
+    return op.ran[-1]
+
+
+def test_fastest_measured_backend_wins_at_the_nearest_record():
+    op = make_op()
+    store.write([row(op, "toy:fast", 32, fwd=1.0), row(op, "toy:fast", 128, fwd=1.0),
+                 row(op, "toy:slow", 32, fwd=1.5), row(op, "toy:slow", 128, fwd=1.5)])
+    assert last(op, torch.randn(4, 60)) == "toy:fast"
+
+
+def test_nearest_neighbour_decides_when_rankings_cross():
+    op = make_op()
+    # fast wins at small sizes, slow at large ones
+    store.write([row(op, "toy:fast", 32, fwd=0.5), row(op, "toy:fast", 4096, fwd=4.0),
+                 row(op, "toy:slow", 32, fwd=1.0), row(op, "toy:slow", 4096, fwd=1.0)])
+    assert last(op, torch.randn(4, 40)) == "toy:fast"
+    assert last(op, torch.randn(4, 3000)) == "toy:slow"
+
+
+def test_reference_stays_within_the_band():
+    op = make_op()
+    store.write([row(op, "toy:fast", 32, fwd=1.0, ref=1.02), row(op, "toy:fast", 128, fwd=1.0, ref=1.02)])
+    assert last(op, torch.randn(4, 64)) == "torch"
+
+
+def test_an_exact_failure_blocks_the_backend():
+    op = make_op()
+    store.write([row(op, "toy:fast", 32), row(op, "toy:fast", 128), row(op, "toy:fast", 64, status="fail"),
+                 row(op, "toy:slow", 32, fwd=1.5), row(op, "toy:slow", 128, fwd=1.5)])
+    assert last(op, torch.randn(4, 64)) == "toy:slow"
+    assert "failed on this exact case" in popcorn.explain(op, torch.randn(4, 64))
+
+
+def test_validity_region_range_and_divisibility():
+    op = make_op()
+    store.write([row(op, "toy:fast", h) for h in (32, 64, 128)] + [row(op, "toy:fast", 33, status="crash")])
+    assert last(op, torch.randn(4, 96)) == "toy:fast"  # inside [32, 128], a multiple of 32
+    assert last(op, torch.randn(4, 1024)) == "torch"  # outside the measured range
+    assert last(op, torch.randn(4, 48)) == "torch"  # off the multiples it only passed on
+    assert "not a multiple of 32" in popcorn.explain(op, torch.randn(4, 48))
+
+
+def test_no_evidence_means_the_reference():
+    op = make_op()
+    assert last(op, torch.randn(4, 64)) == "torch"
+    assert "no evidence" in popcorn.explain(op, torch.randn(4, 64))
+
+
+def test_forward_only_backend_is_not_chosen_when_autograd_needs_it():
+    op = make_op()
+    store.write([row(op, "toy:fwd", h, fwd=0.1) for h in (32, 128)] +
+                [row(op, "toy:fwd", h, fwd=0.1, step=0.1, grad=True) for h in (32, 128)])
+    assert last(op, torch.randn(4, 64)) == "toy:fwd"
+    assert last(op, torch.randn(4, 64, requires_grad=True)) == "torch"
+
+
+def test_other_torch_version_still_ranks_with_a_warning():
+    op = make_op()
+    store.write([row(op, "toy:fast", h, torch_version="2.11.0") for h in (32, 128)])
+    with pytest.warns(UserWarning, match="torch 2.11.0"):
+        assert last(op, torch.randn(4, 64)) == "toy:fast"
+
+
+def test_new_evidence_invalidates_the_memo():
+    op = make_op()
+    x = torch.randn(4, 64)
+    assert last(op, x) == "torch"
+    store.write([row(op, "toy:fast", h) for h in (32, 128)])
+    assert last(op, x) == "toy:fast"
+
+
+def test_use_scopes_a_preference_and_backend_forces():
+    op = make_op()
+    store.write([row(op, "toy:fast", h) for h in (32, 128)])
+    x = torch.randn(4, 64)
+    with popcorn.use("toy:slow"):
+        assert last(op, x) == "toy:slow"
+    assert last(op, x) == "toy:fast"
+    op.ran.clear()
+    op(x, backend="torch")
+    assert op.ran == ["torch"]
+
+
+def test_sibling_device_rows_rank_but_cpu_never_borrows_gpu_evidence():
+    op = make_op()
+    store.write([row(op, "toy:fast", h, device="NVIDIA H200") for h in (32, 128)])
+    assert last(op, torch.randn(4, 64)) == "torch"
+    store.write([row(op, "toy:slow", h, device="cpu:other", fwd=0.5) for h in (32, 128)])
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        assert last(op, torch.randn(4, 64)) == "toy:slow"
+    assert any("cpu:other" in str(m.message) for m in w)
