@@ -52,6 +52,7 @@ def main() -> None:
         """
         return x
 
+    identity.enable_library()  # the same call path as catalog ops, compile check included
     x = torch.randn(8, 16)  # small: the kernel's own time and noise stay small beside the overhead
     cases = {
         "identity (no kernel) 8x16": (identity, (x, torch.randn(16)), {}),

@@ -31,7 +31,7 @@ PREFERENCE: contextvars.ContextVar[tuple] = contextvars.ContextVar("popcorn_pref
 DISPATCHER = None
 
 
-_Tensor, _grad_enabled = torch.Tensor, torch.is_grad_enabled
+_Tensor, _grad_enabled, _compiling = torch.Tensor, torch.is_grad_enabled, torch.compiler.is_compiling
 
 
 def _call_key(args: tuple, kwargs: dict) -> tuple:
@@ -206,6 +206,7 @@ class Op:
         self.ref_hash = fingerprint(fn)
         self.implementations: dict[str, Implementation] = {}
         self._memo: dict = {}
+        self.library = None  # torch.ops.popcorn.<name>, once enable_library() ran
         self.implementations[REFERENCE] = Implementation(self, REFERENCE, fn=fn)
         functools.update_wrapper(self, fn)
         params = list(self.signature.parameters.values()) + [
@@ -270,6 +271,8 @@ class Op:
     def __call__(self, *args, backend: str | None = None, bench: bool | None = None, **kwargs):
         # The hot path: a call whose signature was decided before costs a key and a dict lookup.
         if backend is None and bench is None:
+            if self.library is not None and _compiling():  # traced: one opaque op, no graph break
+                return self.library(*args, **kwargs)
             try:
                 return self._memo[_call_key(args, kwargs)](*args, **kwargs)
             except (KeyError, TypeError):  # new signature, or an unhashable argument
@@ -311,6 +314,13 @@ class Op:
         if DISPATCHER is not None:
             return DISPATCHER(self, arguments, grad)
         return self.implementations[REFERENCE]
+
+    def enable_library(self) -> None:
+        """Register ``torch.ops.popcorn.<name>`` (single-output ops) so compiled code calls the op opaquely."""
+        if self.library is None and len(self.outputs) == 1:
+            from .library import define
+
+            self.library = define(self)
 
     def forget(self) -> None:
         """Drop memoized decisions (new evidence arrived)."""

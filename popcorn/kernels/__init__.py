@@ -27,5 +27,7 @@ from .swiglu import swiglu
 from .swish import swish
 
 OPS: dict[str, Op] = {v.name: v for v in list(globals().values()) if isinstance(v, Op)}
+for _op in OPS.values():
+    _op.enable_library()  # torch.ops.popcorn.<name>: what torch.compile sees
 
 __all__ = sorted(OPS) + ["OPS"]
