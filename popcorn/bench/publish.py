@@ -22,7 +22,8 @@ from .record import CONCLUSIVE, Record, to_arrow
 BUNDLED = Path(__file__).resolve().parents[1] / "reports"
 DISPATCH_SCHEMA = 1
 DISPATCH_FIELDS = ("impl", "case_id", "config", "grad", "device", "torch", "backend_version", "status", "reason",
-                   "fwd_ms", "bwd_ms", "step_ms", "fwd_mem_mb", "step_mem_mb")
+                   "fwd_ms", "bwd_ms", "step_ms", "fwd_mem_mb", "step_mem_mb",
+                   "ref_fwd_ms", "ref_bwd_ms", "ref_step_ms")
 
 
 class PublishRefused(RuntimeError):
@@ -92,6 +93,9 @@ def publish(store: ReportStore, ops: dict, out: Path = BUNDLED, *, force: bool =
     _atomic_write(parquet, buf.getvalue())
     _atomic_write(table_path, json.dumps(dispatch_table(rows, ops, version, store.uri), sort_keys=True).encode())
     _atomic_write(out / "CURRENT", f"{version}\n".encode())
+    from popcorn.dispatch import forget
+
+    forget()  # calls in this process decide again on the new report
     if log:
         print(f"published store version {version}: {len(rows)} current rows of {len(records)} -> {table_path}",
               file=log)

@@ -157,3 +157,18 @@ def test_sibling_device_rows_rank_but_cpu_never_borrows_gpu_evidence():
         warnings.simplefilter("always")
         assert last(op, torch.randn(4, 64)) == "toy:slow"
     assert any("cpu:other" in str(m.message) for m in w)
+
+
+def test_publishing_a_report_changes_decisions(tmp_path, monkeypatch):
+    from popcorn.bench.delta import ReportStore
+    from popcorn.bench.publish import publish
+
+    op = make_op()
+    x = torch.randn(4, 64)
+    assert last(op, x) == "torch"
+    report = ReportStore(str(tmp_path / "store"))
+    report.merge([row(op, "toy:slow", h) for h in (32, 128)])
+    out = tmp_path / "published"
+    monkeypatch.setenv("POPCORN_REPORT", str(out))
+    publish(report, {op.name: op}, out, force=True)
+    assert last(op, x) == "toy:slow"
