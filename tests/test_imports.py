@@ -3,7 +3,7 @@
 import subprocess
 import sys
 
-HEAVY = ("pyarrow", "triton", "dagster", "deltalake", "streamlit", "allpairspy")
+HEAVY = ("pyarrow", "triton", "dagster", "deltalake", "streamlit")
 
 
 def test_import_popcorn_and_its_ops_is_slim():

@@ -4,10 +4,10 @@
 pools and optional tensors, the dims vocabulary (:mod:`popcorn.core.dims`) and the device's
 memory. It never touches a device. Three profiles make up a plan:
 
-* ``coverage``: a strength-2 covering array (allpairspy, completed greedily where it stops
-  short) over every dim pool, the dtypes, each scalar pool and a presence axis per optional
-  tensor, plus the all-first and all-last rows. Every value and every pair of values of two
-  axes appears (before repair, which may merge rows).
+* ``coverage``: a strength-2 covering array (a deterministic IPOG greedy build) over every dim
+  pool, the dtypes, each scalar pool and a presence axis per optional tensor, plus the all-first
+  and all-last rows. Every value and every pair of values of two axes appears (before repair,
+  which may merge rows).
 * ``production``: one-axis curves through each dim's pool with every other dim pinned to its
   production anchor (temporal axes capped at 32K); the primary axis also gets one curve per
   non-default scalar value and per optional tensor.
@@ -31,7 +31,6 @@ import math
 import random
 import re
 from dataclasses import dataclass, field, replace
-from itertools import combinations
 
 from popcorn.core.case import Case
 from popcorn.core.dims import dim
@@ -144,21 +143,14 @@ def coverage_axes(op) -> list[tuple[str, tuple]]:
 
 # -- covering array ------------------------------------------------------------------------------
 
-def _uncovered(rows: list[tuple[int, ...]], sizes: list[int]) -> list[tuple[int, int, int, int]]:
-    missing = []
-    for i, j in combinations(range(len(sizes)), 2):
-        seen = {(r[i], r[j]) for r in rows}
-        missing += [(i, a, j, b) for a in range(sizes[i]) for b in range(sizes[j]) if (a, b) not in seen]
-    return missing
+_FREE = -1  # a position no pair needs yet ("don't care"); whatever is left free ends as 0
 
 
 def covering_rows(sizes) -> list[tuple[int, ...]]:
-    """Index rows covering every value pair of every two axes: all-first, allpairspy's array, all-last.
+    """Index rows covering every value pair of every two axes: all-first, the IPOG array, all-last.
 
-    allpairspy (strength 2) runs on the axes ordered largest-first; where it stops before every
-    pair is covered, each remaining pair seeds a greedy row. Deterministic: no randomness, and no
-    decision depends on set iteration order. Memoized by ``sizes``: allpairspy is the slow part
-    of planning, and many ops share a signature.
+    A deterministic in-parameter-order (IPOG) greedy build: no randomness, no hashing, and no
+    decision depends on set iteration order. Memoized by ``sizes``: many ops share a signature.
     """
     return list(_covering(tuple(int(s) for s in sizes)))
 
@@ -167,43 +159,106 @@ def covering_rows(sizes) -> list[tuple[int, ...]]:
 def _covering(sizes: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
     if not sizes:
         return ((),)
-    rows = [tuple(0 for _ in sizes)]
     if len(sizes) == 1:
-        rows += [(v,) for v in range(sizes[0])]
-    else:
-        try:
-            from allpairspy import AllPairs, pairs_storage
-        except ImportError as e:
-            raise ImportError("the case plan needs allpairspy: pip install 'popcorn[bench]'") from e
+        return ((0,),) + tuple((v,) for v in range(sizes[0])) + ((sizes[0] - 1,),)
+    order = sorted(range(len(sizes)), key=lambda i: (-sizes[i], i))  # largest first, ties by position
+    out = []
+    for row in _ipog([sizes[i] for i in order]):
+        full = [0] * len(sizes)
+        for pos, i in enumerate(order):
+            full[i] = row[pos]
+        out.append(tuple(full))
+    return tuple(out)
 
-        order = sorted(range(len(sizes)), key=lambda i: (-sizes[i], i))
-        try:
-            for row in AllPairs([list(range(sizes[i])) for i in order]):
-                full = [0] * len(sizes)
-                for pos, i in enumerate(order):
-                    full[i] = row[pos]
-                rows.append(tuple(full))
-        finally:
-            getattr(pairs_storage, "key_cache", {}).clear()  # a module-level cache that only grows
-        missing = _uncovered(rows, sizes)
-        while missing:
-            i, a, j, b = missing[0]
-            row = [0] * len(sizes)
-            row[i], row[j] = a, b
-            left = set(missing[1:])
-            for k in range(len(sizes)):  # fill the free positions with values covering more pairs
-                if k in (i, j):
+
+def _ipog(sizes: list[int]) -> list[tuple[int, ...]]:
+    """A strength-2 covering array over ``sizes`` (largest first, at least two axes).
+
+    The all-first and all-last rows are fixed bookends (first and last in the result) and count
+    toward coverage. The rest starts as the product of the two largest axes (less the two pairs the
+    bookends already hold). Each further axis then grows horizontally: every row takes the value
+    covering the most still-uncovered pairs (ties cyclically after the last value chosen), or stays
+    free there when no value covers any. Then vertically: each pair still uncovered, in axis/value
+    order, goes into a row free where it needs to be (one already holding a side of the pair
+    first, then the earliest), else into a new row free everywhere else. Positions still free at
+    the end become 0. Uncovered pairs are kept as per-(axis, value) bitmasks over the new axis'
+    values, so nothing depends on hashing or set order.
+    """
+    n = len(sizes)
+    first, last = [0] * n, [s - 1 for s in sizes]
+    rows = [[a, b] + [_FREE] * (n - 2) for a in range(sizes[0]) for b in range(sizes[1])
+            if [a, b] != first[:2] and [a, b] != last[:2]]
+    for p in range(2, n):
+        s = sizes[p]
+        full = (1 << s) - 1
+        unc = [[full] * sizes[q] for q in range(p)]  # unc[q][x]: bit v set while (q=x, p=v) is uncovered
+        left = s * sum(sizes[:p])
+
+        def cover(r):  # mark every pair of r that involves axis p as covered
+            nonlocal left
+            v, got = r[p], 0
+            if v == _FREE:
+                return
+            bit = 1 << v
+            for q in range(p):
+                x = r[q]
+                if x != _FREE and unc[q][x] & bit:
+                    unc[q][x] &= ~bit
+                    got += 1
+            left -= got
+
+        cover(first)
+        cover(last)
+        # horizontal growth; ties go to the first value at or after the one last chosen, cyclically,
+        # which spreads values like (a + b) mod s and makes the product seed cover the axis outright
+        nxt = 0
+        for r in rows:
+            if not left:
+                break
+            gain = [0] * s
+            for q in range(p):
+                x = r[q]
+                if x == _FREE:
                     continue
-                def gain(v, k=k):
-                    row[k] = v
-                    return sum(1 for m in range(len(sizes)) if m != k and
-                               ((min(k, m), row[min(k, m)], max(k, m), row[max(k, m)]) in left))
-                best = max(range(sizes[k]), key=lambda v: (gain(v), -v))
-                row[k] = best
-            rows.append(tuple(row))
-            missing = _uncovered(rows, sizes)
-    rows.append(tuple(s - 1 for s in sizes))
-    return tuple(rows)
+                m = unc[q][x]
+                while m:
+                    low = m & -m
+                    gain[low.bit_length() - 1] += 1
+                    m ^= low
+            best = max(gain)
+            if best:
+                r[p] = next(v for v in (*range(nxt, s), *range(nxt)) if gain[v] == best)
+                nxt = (r[p] + 1) % s
+                cover(r)
+        # vertical growth: only rows with a free position can take a pair; new rows are free elsewhere
+        loose = [r for r in rows if _FREE in r[:p + 1]]
+        for q in range(p):
+            for w in range(sizes[q]):
+                for v in range(s):
+                    if not (unc[q][w] >> v) & 1:
+                        continue
+                    slot, rank = None, 3
+                    for r in loose:  # prefer a row already holding one side of the pair, then the earliest
+                        a, b = r[q], r[p]
+                        if (a == w or a == _FREE) and (b == v or b == _FREE):
+                            k = 2 if a == b == _FREE else (0 if b == v else 1)
+                            if k < rank:
+                                slot, rank = r, k
+                                if k == 0:
+                                    break
+                    if slot is None:
+                        slot = [_FREE] * n
+                        rows.append(slot)
+                        loose.append(slot)
+                    slot[q], slot[p] = w, v
+                    cover(slot)
+    body, seen = [], {tuple(first), tuple(last)}
+    for r in rows:  # free positions -> 0; a row that duplicates another (or a bookend) adds nothing
+        t = tuple(0 if x == _FREE else x for x in r)
+        if t not in seen:
+            seen.add(t)
+            body.append(t)
+    return [tuple(first)] + body + [tuple(last)]
 
 
 def coverage_rows(op) -> list[dict]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -32,7 +33,7 @@ class Case:
         return cls(dict(config["dims"]), tuple(config["batch"]), config["dtype"], dict(config["args"]),
                    tuple(config["present"]))
 
-    @property
+    @functools.cached_property  # plans hash tens of thousands of cases; a Case never changes
     def case_id(self) -> str:
         c = self.config()
         key = [sorted(c["dims"].items()), c["batch"], c["dtype"], sorted(c["args"].items()), c["present"]]
