@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import json
 import logging
-import platform
 
 import torch
 
 from popcorn.core import Case, DispatchError
+from popcorn.core.devices import device_name, device_of  # noqa: F401 - re-exported for fill
 from popcorn.core.inputs import make_inputs
 from popcorn.core.registry import REFERENCE, Implementation, Op
 
@@ -26,30 +26,14 @@ log = logging.getLogger("popcorn.bench")
 DEFAULT_TRIALS = 10
 
 
-def device_name(device: torch.device) -> str:
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    return f"cpu:{platform.machine()}"
-
-
 def case_of(op: Op, arguments: dict) -> Case:
     """The Case an exact call represents; raises DispatchError when it has no single float dtype."""
-    binding = op.bind(arguments)
-    floats = [v for n, v in arguments.items() if n in op.specs and isinstance(v, torch.Tensor) and v.is_floating_point()]
-    if floats and binding.dtype is None:
-        raise DispatchError(f"{op.name}: a benchmarked call needs one float dtype, got "
-                            f"{sorted({str(v.dtype) for v in floats})}")
-    dtype = str(binding.dtype or torch.float32).removeprefix("torch.")
-    args = {n: arguments[n] for n in op.scalars}
-    present = tuple(n for n in op.optional if arguments.get(n) is not None)
-    return Case(dict(binding.dims), tuple(binding.batch or ()), dtype, args, present)
-
-
-def device_of(arguments: dict) -> torch.device:
-    for v in arguments.values():
-        if isinstance(v, torch.Tensor):
-            return v.device
-    return torch.device("cpu")
+    case = op.case(arguments)
+    if case is None:
+        floats = sorted({str(v.dtype) for v in arguments.values() if isinstance(v, torch.Tensor)
+                         and v.is_floating_point()})
+        raise DispatchError(f"{op.name}: a benchmarked call needs one float dtype, got {floats}")
+    return case
 
 
 def _record(op: Op, impl: Implementation, case: Case, result: Result, device: torch.device,

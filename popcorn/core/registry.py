@@ -264,6 +264,20 @@ class Op:
         """Check the call against the annotations and bind its dims; raises DispatchError."""
         return bind(self.name, self.specs, arguments)
 
+    def case(self, arguments: dict, binding: Binding | None = None):
+        """The Case this call represents, or None when its float tensors mix dtypes (no single case)."""
+        from .case import Case
+
+        binding = binding or self.bind(arguments)
+        has_float = any(isinstance(arguments.get(n), torch.Tensor) and arguments[n].is_floating_point()
+                        for n in self.specs)
+        if has_float and binding.dtype is None:
+            return None
+        return Case(dict(binding.dims), tuple(binding.batch or ()),
+                    str(binding.dtype or torch.float32).removeprefix("torch."),
+                    {n: arguments[n] for n in self.scalars},
+                    tuple(n for n in self.optional if arguments.get(n) is not None))
+
     def needs_grad(self, arguments: dict) -> bool:
         return torch.is_grad_enabled() and any(
             isinstance(v, torch.Tensor) and v.requires_grad for v in arguments.values())

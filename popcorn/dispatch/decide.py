@@ -22,6 +22,7 @@ from functools import reduce
 
 import torch
 
+from popcorn.core.devices import device_name, device_of
 from popcorn.core.registry import REFERENCE
 
 from .evidence import rows_for
@@ -57,23 +58,14 @@ class Decision:
         return "\n".join(lines)
 
 
-def _device_name(device: torch.device) -> str:
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    import platform
-
-    return f"cpu:{platform.machine()}"
-
-
 def call_group(op, arguments: dict, binding) -> dict:
-    dims = dict(binding.dims)
-    device = next((v.device for v in arguments.values() if isinstance(v, torch.Tensor)), torch.device("cpu"))
+    """What rows must share with the call to be its evidence (dtype None: mixed float dtypes)."""
+    case = op.case(arguments, binding)
     return {
-        "dims": dims, "batch": tuple(binding.batch or ()),
-        "dtype": str(binding.dtype).removeprefix("torch.") if binding.dtype is not None else None,
-        "args": {n: arguments[n] for n in op.scalars},
+        "case_id": case.case_id if case else None, "dims": dict(binding.dims), "batch": tuple(binding.batch or ()),
+        "dtype": case.dtype if case else None, "args": {n: arguments[n] for n in op.scalars},
         "present": tuple(sorted(n for n in op.optional if arguments.get(n) is not None)),
-        "device": device,
+        "device": device_of(arguments),
     }
 
 
@@ -126,13 +118,9 @@ def _reference_time(rows: list[dict], row: dict, grad: bool) -> float | None:
 def decide(op, arguments: dict, grad: bool) -> Decision:
     binding = op.bind(arguments)
     call = call_group(op, arguments, binding)
-    here = _device_name(call["device"])
+    here = device_name(call["device"])
     all_rows = [r for r in rows_for(op) if _same_group(r, call, grad)]
-    exact_id = None
-    if call["dtype"] is not None:
-        from popcorn.core import Case
-
-        exact_id = Case(call["dims"], call["batch"], call["dtype"], call["args"], call["present"]).case_id
+    exact_id = call["case_id"]
     verdicts = []
     for name, impl in op.implementations.items():
         if name == REFERENCE:
@@ -143,7 +131,8 @@ def decide(op, arguments: dict, grad: bool) -> Decision:
             continue
         mine = [r for r in all_rows if r["impl"] == name]
         same = [r for r in mine if r["device"] == here]
-        sibling = [r for r in mine if r["device"] != here and r["device"].startswith("cpu") == (call["device"].type == "cpu")]
+        on_cpu = call["device"].type == "cpu"
+        sibling = [r for r in mine if r["device"] != here and r["device"].startswith("cpu") == on_cpu]
         rows = same or sibling
         if not rows:
             verdicts.append(Verdict(name, False, "no evidence for this device, dtype, gradient mode and arguments"))
