@@ -17,7 +17,7 @@ from typing import Callable
 
 import torch
 
-from .compare import _backward, _graded, cotangents, leaves_of, outputs_of, prepare
+from .compare import _graded, cotangents, leaves_of, outputs_of, prepare
 
 GRAPH_BELOW_MS = 1.0  # below this, per-call events carry launch gaps and L2 luck: replay graphs instead
 # Measurement budget per quantity; POPCORN_BENCH_TARGET_MS trades precision for throughput.

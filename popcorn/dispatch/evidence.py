@@ -8,7 +8,6 @@ when newer; rows measured against other code (fingerprints) are dropped here.
 from __future__ import annotations
 
 import json
-import os
 
 from popcorn.core.paths import cache_dir
 

@@ -2,7 +2,6 @@
 
 from typing import Literal
 
-import torch
 
 from popcorn.core import Float, Int, register_kernel
 

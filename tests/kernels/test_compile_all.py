@@ -1,7 +1,6 @@
 """The compile backend agrees with every op's reference on CPU, gradients included, judged by the harness."""
 
 import pytest
-import torch
 
 from popcorn.bench.compare import check
 from popcorn.core import Case
