@@ -5,6 +5,10 @@ the first call has made and memoized the decision; and the import time of popcor
 op call after torch, in a fresh process. Prints a table.
 
     python benchmarks/dispatch_overhead.py
+    python benchmarks/dispatch_overhead.py --device cuda --backend compile   # on a GPU: rms_norm 8x4096 bf16
+
+On CUDA the calls are not synchronized inside a round, so both sides measure what the host pays
+per call (a small kernel's launch), and the difference is dispatch's share.
 """
 
 from __future__ import annotations
@@ -40,8 +44,34 @@ def overhead_us(direct, wrapped) -> tuple[float, float, float]:
     return statistics.median(a_s), statistics.median(b_s), statistics.median(diffs)
 
 
+def cuda_rows(backend: str) -> None:
+    import popcorn
+    from popcorn.kernels import rms_norm
+
+    x = torch.randn(8, 4096, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
+    impl = rms_norm[backend]
+    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    print("op | chosen | direct us | popcorn us | overhead us (median of interleaved rounds)")
+    with popcorn.use(backend):
+        rms_norm(x, w)  # decide (the scoped preference wins) and compile
+        torch.cuda.synchronize()
+        direct, wrapped, over = overhead_us(lambda: impl.fn(x, w), lambda: rms_norm(x, w))
+    torch.cuda.synchronize()
+    print(f"rms_norm 8x4096 bf16 cuda | {backend} | {direct:.2f} | {wrapped:.2f} | {over:.2f}")
+
+
 def main() -> None:
+    import argparse
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--backend", default="compile", help="on CUDA: the backend to call directly and through popcorn")
+    a = p.parse_args()
     torch.set_num_threads(1)  # intra-op thread hand-offs add microseconds of noise to tiny kernels
+    if a.device == "cuda":
+        cuda_rows(a.backend)
+        return
     from popcorn.kernels import gelu, rms_norm, softmax, swiglu
 
     @register_kernel(compile=False)
