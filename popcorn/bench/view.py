@@ -15,6 +15,8 @@ Non-reference cells add the median forward speedup over timed current pass rows
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import statistics
 import sys
 
@@ -84,5 +86,8 @@ def run_view(records: list[Record], ops: dict, out=sys.stdout) -> int:
     print(f"{len(records)} rows ({current} current"
           + (f", {unknown} of unregistered ops or implementations, not shown" if unknown else "")
           + f") over {len({r.op for r in known})} op(s)", file=out)
-    print(f"Explorer: {EXPLORER}", file=out)
+    # The explorer ships in the source tree (dashboards/), not the wheel: say so when it is absent.
+    here = Path(__file__).resolve().parents[2] / "dashboards" / "explorer.py"
+    print(f"Explorer: {EXPLORER}" + ("" if here.exists() else " (from a source checkout, once dashboards/explorer.py "
+                                     "exists)"), file=out)
     return 0
