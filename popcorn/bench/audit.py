@@ -98,25 +98,7 @@ def _pairs(records: list[Record], ops: dict, release: bool) -> tuple[list[tuple[
 
 def _static_gate_admits(op, impl, curve) -> bool:
     """Whether ``impl``'s declared gates admit the curve's dtype, scalar args and optional tensors."""
-    from popcorn.core.registry import _gate_kind
-
-    for name, gate in impl.gates.items():
-        kind = _gate_kind(gate)
-        if kind == "absent":
-            if name in curve.present:
-                return False
-        elif kind == "dtype":
-            spec = op.specs.get(name)
-            if spec is None or (spec.optional and name not in curve.present):
-                continue
-            names = {str(d).removeprefix("torch.") for d in spec.dtypes}
-            # make_inputs casts to the first admitted dtype when the case dtype is not admitted
-            dtype = curve.dtype if curve.dtype in names else str(sorted(spec.dtypes, key=str)[0]).removeprefix("torch.")
-            if dtype not in {str(d).removeprefix("torch.") for d in gate}:
-                return False
-        elif name in curve.args and curve.args[name] not in gate:
-            return False
-    return True
+    return impl.admits_static(curve.dtype, curve.args, curve.present)
 
 
 def _curve_findings(op, impl, rows: list[Record], device_bytes: int, tally: Tally) -> str | None:

@@ -136,6 +136,27 @@ class Implementation:
             return f"predicate {getattr(self.predicate, '__name__', 'predicate')} declined the call"
         return None
 
+    def admits_static(self, dtype: str, args: dict, present) -> bool:
+        """Whether the static gates admit a case of this dtype, scalar args and present optionals
+        (what the plan and the audit can know before any tensor exists; predicates need tensors)."""
+        for name, gate in self.gates.items():
+            kind = _gate_kind(gate)
+            if kind == "absent":
+                if name in present:
+                    return False
+            elif kind == "dtype":
+                spec = self.op.specs.get(name)
+                if spec is None or (spec.optional and name not in present):
+                    continue
+                names = {str(d).removeprefix("torch.") for d in spec.dtypes}
+                # inputs are cast to the spec's first admitted dtype when the case dtype is not admitted
+                actual = dtype if dtype in names else str(sorted(spec.dtypes, key=str)[0]).removeprefix("torch.")
+                if actual not in {str(d).removeprefix("torch.") for d in gate}:
+                    return False
+            elif name in args and args[name] not in gate:
+                return False
+        return True
+
     def invoke(self, arguments: dict):
         fn = self._resolved
         if self.fn is not None:
