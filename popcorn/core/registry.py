@@ -309,9 +309,10 @@ class Op:
             if self.library is not None and _compiling():  # traced: one opaque op, no graph break
                 return self.library(*args, **kwargs)
             try:
-                return self._memo[_call_key(args, kwargs)](*args, **kwargs)
+                fn = self._memo[_call_key(args, kwargs)]
             except (KeyError, TypeError):  # new signature, or an unhashable argument
-                pass
+                return self._call(args, kwargs, backend, bench)
+            return fn(*args, **kwargs)  # outside the try: a kernel's own KeyError must not rerun it
         return self._call(args, kwargs, backend, bench)
 
     def _call(self, args: tuple, kwargs: dict, backend: str | None, bench: bool | None):

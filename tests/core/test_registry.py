@@ -151,3 +151,24 @@ def test_int_inputs_need_a_domain():
         return x.gather(1, idx[:, None])[:, 0]
     with pytest.raises(ValueError, match="needs a domain"):
         make_inputs(pick, Case({"tokens": 3, "hidden": 4}))
+
+
+def test_a_memoized_call_that_raises_runs_once_and_propagates():
+    calls = []
+
+    @register_kernel(compile=False)
+    def picky(x: Float["hidden"]) -> Float["hidden"]:
+        """Raise on the second call.
+
+        $$y = x$$
+        """
+        calls.append(1)
+        if len(calls) > 1:
+            raise KeyError("from the kernel")
+        return x
+
+    x = torch.randn(3)
+    picky(x)  # decides and memoizes
+    with pytest.raises(KeyError, match="from the kernel"):
+        picky(x)
+    assert len(calls) == 2  # not rerun through the slow path
