@@ -86,7 +86,7 @@ def _distance(row: dict, call: dict) -> float:
 
 
 def _time(row: dict, grad: bool, prefix: str = "") -> float | None:
-    return row.get(f"{prefix}step_ms" if grad else f"{prefix}fwd_ms") or (None if grad else None)
+    return row.get(f"{prefix}step_ms" if grad else f"{prefix}fwd_ms")
 
 
 def _region(name: str, rows: list[dict], call: dict) -> str | None:
