@@ -36,7 +36,11 @@ class Compiled:
     """Callable with the reference's parameters that runs torch.compile per call signature."""
 
     def __init__(self, reference: types.FunctionType, **options):
-        self.reference, self.options = reference, options
+        # Static shapes: dynamo's automatic-dynamic state is keyed by the code's name and line, so
+        # without dynamic=False a fresh copy's compile after the first signature already gets
+        # symbolic shapes, and reductions then loop with a generic config (softmax over 50257
+        # fp32 rows ran 2.2 ms against eager's 0.014 ms on an H200).
+        self.reference, self.options = reference, {"dynamic": False, **options}
         self.cache: dict[tuple, object] = {}
         self._lock = threading.Lock()
 
@@ -62,5 +66,10 @@ def compiled(op):
         return runner(**arguments)
 
     compile_adapter.__signature__ = op.signature
+    # part of the implementation's fingerprint: how it compiles is what its records measured
+    compile_adapter.recipe = f"torch.compile per call signature, options={sorted(runner.options.items())}"
     compile_adapter.runner = runner
+    # dispatch memoizes per call signature too: it keeps the compiled function itself, so a decided
+    # call is not keyed twice
+    compile_adapter.specialize = runner.function_for
     return compile_adapter

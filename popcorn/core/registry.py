@@ -7,7 +7,6 @@ and ``compile`` (torch.compile of the reference) are registered on every op.
 
 from __future__ import annotations
 
-import contextvars
 import functools
 import importlib
 import inspect
@@ -19,40 +18,15 @@ from typing import Any, Callable
 
 import torch
 
-from . import metadata
+from . import hotpath, metadata
 from .backends import Backend, family
 from .errors import DispatchError
 from .fingerprint import fingerprint
+from .hotpath import PREFERENCE
 from .shapes import Binding, TensorSpec, bind
 
-# Backends a `with popcorn.use(...)` block prefers, innermost first; part of every memo key.
-PREFERENCE: contextvars.ContextVar[tuple] = contextvars.ContextVar("popcorn_preference", default=())
 # Installed by popcorn.dispatch: (op, arguments, grad) -> Implementation. None: the reference runs.
 DISPATCHER = None
-
-
-_Tensor, _grad_enabled, _compiling = torch.Tensor, torch.is_grad_enabled, torch.compiler.is_compiling
-
-
-def _call_key(args: tuple, kwargs: dict) -> tuple:
-    """What a decision depends on: grad mode, scoped preference, tensor shape/dtype/device/grad, scalars.
-
-    Flat, and the device as its index (-1: CPU), because this runs on every call.
-    """
-    key = [_grad_enabled(), PREFERENCE.get()]
-    for a in args:
-        if isinstance(a, _Tensor):
-            key += (a.shape, a.dtype, a.get_device(), a.requires_grad)
-        else:
-            key.append(a)
-    if kwargs:
-        for k, a in kwargs.items():
-            key.append(k)
-            if isinstance(a, _Tensor):
-                key += (a.shape, a.dtype, a.get_device(), a.requires_grad)
-            else:
-                key.append(a)
-    return tuple(key)
 
 
 _IMPL_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*(:[a-z0-9][a-z0-9_-]*)?$")
@@ -99,7 +73,8 @@ class Implementation:
                 raise ValueError(f"{self.op.name}['{self.name}']: adapter parameters {got} must be the reference's {params}")
         self.impl_hash = fingerprint(self.fn, self.predicate, self.source,
                                      repr(sorted((k, repr(v)) for k, v in self.gates.items())),
-                                     f"forward_only={self.forward_only}")
+                                     f"forward_only={self.forward_only}",
+                                     *([repr(self.fn.recipe)] if hasattr(self.fn, "recipe") else []))
 
     @functools.cached_property
     def _resolved(self) -> Callable:
@@ -162,6 +137,17 @@ class Implementation:
         if self.fn is not None:
             return fn(**arguments)
         return fn(*arguments.values())
+
+    def specialized(self, arguments: dict) -> Callable:
+        """What a memoized call runs: a callable taking the op's parameters positionally (keyword-only
+        ones by name), for calls with this signature."""
+        fn = self._resolved
+        special = getattr(fn, "specialize", None)
+        if special is not None:
+            return special(arguments)
+        if self.fn is not None or not any(p.kind is p.KEYWORD_ONLY for p in self.op.signature.parameters.values()):
+            return fn  # adapters take the reference's parameters; sources take them all positionally
+        return lambda *a, **k: self.invoke(self.op.arguments(a, k))
 
     def __call__(self, *args, **kwargs):
         return self.op(*args, backend=self.name, **kwargs)
@@ -235,6 +221,8 @@ class Op:
             inspect.Parameter("bench", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=bool | None),
         ]
         self.__signature__ = self.signature.replace(parameters=params)
+        # the call path is generated from the signature (see hotpath): calling an Op is a key and a lookup
+        self.__class__, self._key = hotpath.build(self)
         if compile:
             from .compiled import compiled  # the compile backend is part of every op
 
@@ -303,18 +291,6 @@ class Op:
         return torch.is_grad_enabled() and any(
             isinstance(v, torch.Tensor) and v.requires_grad for v in arguments.values())
 
-    def __call__(self, *args, backend: str | None = None, bench: bool | None = None, **kwargs):
-        # The hot path: a call whose signature was decided before costs a key and a dict lookup.
-        if backend is None and bench is None:
-            if self.library is not None and _compiling():  # traced: one opaque op, no graph break
-                return self.library(*args, **kwargs)
-            try:
-                fn = self._memo[_call_key(args, kwargs)]
-            except (KeyError, TypeError):  # new signature, or an unhashable argument
-                return self._call(args, kwargs, backend, bench)
-            return fn(*args, **kwargs)  # outside the try: a kernel's own KeyError must not rerun it
-        return self._call(args, kwargs, backend, bench)
-
     def _call(self, args: tuple, kwargs: dict, backend: str | None, bench: bool | None):
         arguments = self.arguments(args, kwargs)
         self.bind(arguments)
@@ -330,12 +306,11 @@ class Op:
             return impl.invoke(arguments)
         impl = self.choose(arguments, grad)
         try:
-            key = _call_key(args, kwargs)
+            key = self._key(*args, **kwargs)
             hash(key)
         except TypeError:
             return impl.invoke(arguments)
-        # adapters and the reference take the reference's parameters, so they take the call as made
-        self._memo[key] = impl.fn if impl.fn is not None else (lambda *a, **k: impl.invoke(self.arguments(a, k)))
+        self._memo[key] = impl.specialized(arguments)
         return impl.invoke(arguments)
 
     def choose(self, arguments: dict, grad: bool) -> Implementation:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 
-from popcorn.core import registry
+from popcorn.core import hotpath, registry
 
 from . import evidence
 from .decide import decide
@@ -37,11 +37,8 @@ def forget(op_name: str | None = None) -> None:
 @contextlib.contextmanager
 def use(*backends: str):
     """Within the block, calls run the first of ``backends`` that admits them (else dispatch as usual)."""
-    token = registry.PREFERENCE.set(tuple(backends) + registry.PREFERENCE.get())
-    try:
+    with hotpath.prefer(backends):
         yield
-    finally:
-        registry.PREFERENCE.reset(token)
 
 
 def explain(op, *args, **kwargs) -> str:

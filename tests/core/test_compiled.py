@@ -35,6 +35,21 @@ def test_every_signature_runs_compiled_code():
     assert len(c.cache) == 11
 
 
+def test_later_signatures_compile_with_static_shapes():
+    # dynamo's automatic-dynamic state outlives a code copy; later signatures must not turn symbolic
+    torch._dynamo.reset()
+    graphs = []
+
+    def capture(gm, example_inputs):
+        graphs.append([type(a).__name__ for a in example_inputs])
+        return gm.forward
+
+    c = Compiled(f, backend=capture)
+    for n in (8, 16, 32):
+        c(x=torch.randn(4, n))
+    assert graphs == [["Tensor"]] * 3
+
+
 @pytest.mark.slow
 def test_compile_backend_agrees_with_the_reference_on_cpu():
     from popcorn.kernels import rms_norm
