@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import warnings
 from pathlib import Path
 
 import torch
@@ -66,6 +67,9 @@ def measure_task(task: dict, device: torch.device) -> dict:
 def serve(conn, sentinel: str, device: str) -> None:
     """Worker loop: receive tasks on ``conn`` until None; reply (record dict, device_ok)."""
     dev = torch.device(device)
+    # each distinct warning once per worker: inductor repeats its own on every compile and would
+    # bury the progress bar
+    warnings.simplefilter("once")
     import popcorn.kernels  # noqa: F401 - pay the imports before the first case's watchdog starts
 
     probe(dev)

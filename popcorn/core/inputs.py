@@ -43,7 +43,7 @@ def make_inputs(op, case: Case, seed: int = 0, device: str | torch.device = "cpu
     """
     device = torch.device(device)
     g = torch.Generator().manual_seed(seed)
-    gd = g if device.type == "cpu" else torch.Generator(device=device).manual_seed(seed)
+    gd = g if device.type in ("cpu", "meta") else torch.Generator(device=device).manual_seed(seed)
     dtype = dtype_of(case.dtype)
     arguments = {}
     for name, param in op.signature.parameters.items():
@@ -58,6 +58,8 @@ def make_inputs(op, case: Case, seed: int = 0, device: str | torch.device = "cpu
         domain = op.domains.get(name)
         if domain is not None:
             value = domain(shape, case, g)
+        elif spec.is_float and device.type == "meta":  # shapes only: replaying decisions on recorded cases
+            value = torch.empty(shape, device=device)
         elif spec.is_float:
             value = torch.randn(shape, generator=gd, dtype=torch.float32, device=device)
         else:

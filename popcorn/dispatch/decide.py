@@ -9,7 +9,8 @@
    best wins unless it beats the reference by less than BAND.
 
 A group is: device (the same name, else a sibling of the same type), dtype, gradient mode,
-present optionals and non-float scalar args. Evidence from other torch/backend versions or a
+present optionals and non-float scalar args. A forward-only call also reads gradient-mode rows
+(fills measure in gradient mode; their forward was checked and timed), its own mode first. Evidence from other torch/backend versions or a
 sibling device ranks too, with a one-time warning.
 """
 
@@ -70,7 +71,8 @@ def call_group(op, arguments: dict, binding) -> dict:
 
 
 def _same_group(row: dict, call: dict, grad: bool) -> bool:
-    if row["dtype"] != call["dtype"] or row["grad"] != grad or row["present"] != call["present"]:
+    # a gradient-mode row speaks for a forward-only call too: its forward was checked and timed
+    if row["dtype"] != call["dtype"] or (grad and not row["grad"]) or row["present"] != call["present"]:
         return False
     for k, v in call["args"].items():
         if not isinstance(v, float) and row["args"].get(k, v) != v:
@@ -115,11 +117,14 @@ def _reference_time(rows: list[dict], row: dict, grad: bool) -> float | None:
     return None
 
 
-def decide(op, arguments: dict, grad: bool) -> Decision:
+def decide(op, arguments: dict, grad: bool, rows: list[dict] | None = None, here: str | None = None) -> Decision:
+    """The backend for this call. ``rows`` and ``here`` (a device name) replace the loaded evidence
+    and the call's device: benchmarks/dispatch_regret.py replays recorded cases with them."""
     binding = op.bind(arguments)
     call = call_group(op, arguments, binding)
-    here = device_name(call["device"])
-    all_rows = [r for r in rows_for(op) if _same_group(r, call, grad)]
+    here = here or device_name(call["device"])
+    on_cpu = here.startswith("cpu")
+    all_rows = [r for r in (rows_for(op) if rows is None else rows) if _same_group(r, call, grad)]
     exact_id = call["case_id"]
     verdicts = []
     for name, impl in op.implementations.items():
@@ -131,24 +136,24 @@ def decide(op, arguments: dict, grad: bool) -> Decision:
             continue
         mine = [r for r in all_rows if r["impl"] == name]
         same = [r for r in mine if r["device"] == here]
-        on_cpu = call["device"].type == "cpu"
         sibling = [r for r in mine if r["device"] != here and r["device"].startswith("cpu") == on_cpu]
-        rows = same or sibling
-        if not rows:
+        mine = same or sibling
+        mine = [r for r in mine if r["grad"] == grad] or mine  # the call's own gradient mode first
+        if not mine:
             verdicts.append(Verdict(name, False, "no evidence for this device, dtype, gradient mode and arguments"))
             continue
-        bad = [r for r in rows if r["case_id"] == exact_id and r["status"] in ("fail", "crash")]
+        bad = [r for r in mine if r["case_id"] == exact_id and r["status"] in ("fail", "crash")]
         if bad:
             verdicts.append(Verdict(name, False, f"failed on this exact case: {bad[0].get('reason')}", cited=bad[0]))
             continue
-        if not any(r["status"] == "pass" for r in rows):
-            verdicts.append(Verdict(name, False, "never passed in this group", cited=rows[0]))
+        if not any(r["status"] == "pass" for r in mine):
+            verdicts.append(Verdict(name, False, "never passed in this group", cited=mine[0]))
             continue
-        outside = _region(name, rows, call)
+        outside = _region(name, mine, call)
         if outside:
             verdicts.append(Verdict(name, False, outside))
             continue
-        timed = [r for r in rows if r["status"] == "pass" and _time(r, grad)]
+        timed = [r for r in mine if r["status"] == "pass" and _time(r, grad)]
         if not timed:
             verdicts.append(Verdict(name, False, "passed but was never timed here"))
             continue

@@ -38,7 +38,8 @@ def _normalize(row: dict) -> dict:
             "dtype": config["dtype"], "args": config["args"], "present": tuple(sorted(config["present"]))}
 
 
-def _user_rows(op, path) -> list[dict]:
+def read_rows(op, path) -> list[dict]:
+    """The rows of a record file (JSON lines) measured against the current code of ``op``, normalized."""
     rows = []
     with open(path) as f:
         for line in f:
@@ -71,7 +72,7 @@ def rows_for(op) -> list[dict]:
                 n = _normalize(r)
                 rows[tuple(n.get(k) for k in _KEY)] = n
     if mtime is not None:
-        for n in _user_rows(op, path):
+        for n in read_rows(op, path):
             k = tuple(n.get(x) for x in _KEY)
             old = rows.get(k)
             if old is None or n.get("ts", "") >= old.get("ts", ""):

@@ -52,14 +52,14 @@ def make_op():
     return toy_norm
 
 
-def row(op, impl, hidden, *, status="pass", fwd=1.0, ref=2.0, step=None, grad=False, torch_version=None,
+def row(op, impl, hidden, *, status="pass", fwd=1.0, ref=2.0, step=None, ref_step=None, grad=False, torch_version=None,
         device=HERE, batch=(4,), ts="2026-12-01T00:00:00+00:00"):
     case = Case({"hidden": hidden}, batch, "float32", {"eps": 1e-6})
     return Record(op=op.name, impl=impl, case_id=case.case_id, case=case.label, config=json.dumps(case.config()),
                   device=device, torch=torch_version or torch.__version__, backend_version=None,
                   ref_hash=op.ref_hash, impl_hash=op[impl].impl_hash, status=status, grad=grad,
                   reason=None if status == "pass" else "boom", fwd_ms=fwd if status == "pass" else None,
-                  ref_fwd_ms=ref, step_ms=step, ref_step_ms=2 * step if step else None, ts=ts)
+                  ref_fwd_ms=ref, step_ms=step, ref_step_ms=ref_step or (2 * step if step else None), ts=ts)
 
 
 def last(op, x):
@@ -119,6 +119,18 @@ def test_forward_only_backend_is_not_chosen_when_autograd_needs_it():
                 [row(op, "toy:fwd", h, fwd=0.1, step=0.1, grad=True) for h in (32, 128)])
     assert last(op, torch.randn(4, 64)) == "toy:fwd"
     assert last(op, torch.randn(4, 64, requires_grad=True)) == "torch"
+
+
+def test_gradient_rows_rank_forward_only_calls_by_their_forward_time():
+    op = make_op()
+    # fills measure in gradient mode: fast's forward is quicker, slow's whole step is
+    store.write([row(op, impl, h, fwd=fwd, ref=2.0, step=step, ref_step=4.0, grad=True)
+                 for h in (32, 128) for impl, fwd, step in (("toy:fast", 0.5, 3.0), ("toy:slow", 1.5, 1.0))])
+    assert last(op, torch.randn(4, 64)) == "toy:fast"
+    assert last(op, torch.randn(4, 64, requires_grad=True)) == "toy:slow"
+    # a forward-only row of the call's own mode outranks gradient rows of the same backend
+    store.write([row(op, "toy:slow", h, fwd=0.1) for h in (32, 128)])
+    assert last(op, torch.randn(4, 64)) == "toy:slow"
 
 
 def test_other_torch_version_still_ranks_with_a_warning():
