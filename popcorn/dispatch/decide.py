@@ -2,7 +2,7 @@
 
 1. Eligibility: installed in range, gradient support, gates, predicate (Implementation.rejects),
    and the validity region learned from the rows of the call's group: the dim range the backend
-   passed on, minus failing divisibility.
+   passed on, minus failing divisibility, minus holes (calls whose nearest record failed).
 2. Correctness: a failing or crashing row for this exact case blocks the backend.
 3. Speed: each backend's nearest measured neighbour (log-shape distance) in the group gives a
    speedup over the reference (step time when gradients are needed, forward otherwise); the
@@ -152,6 +152,12 @@ def decide(op, arguments: dict, grad: bool, rows: list[dict] | None = None, here
         outside = _region(name, mine, call)
         if outside:
             verdicts.append(Verdict(name, False, outside))
+            continue
+        judged = [r for r in mine if r["status"] in ("pass", "fail", "crash")]
+        nearest = min(judged, key=lambda r: (_distance(r, call), r["status"] != "pass", r["case_id"]))
+        if nearest["status"] != "pass":  # a failure inside the passing range claims its neighbourhood
+            verdicts.append(Verdict(name, False, f"in a hole of its validity region: its nearest record "
+                                    f"{nearest['status']}ed ({nearest.get('reason')})", cited=nearest))
             continue
         timed = [r for r in mine if r["status"] == "pass" and _time(r, grad)]
         if not timed:

@@ -107,6 +107,14 @@ def test_validity_region_range_and_divisibility():
     assert "not a multiple of 32" in popcorn.explain(op, torch.randn(4, 48))
 
 
+def test_a_failure_inside_the_range_is_a_hole_around_it():
+    op = make_op()
+    store.write([row(op, "toy:fast", h) for h in (32, 128, 1024)] + [row(op, "toy:fast", 512, status="fail")])
+    assert last(op, torch.randn(4, 100)) == "toy:fast"  # nearest record 128 passed
+    assert last(op, torch.randn(4, 480)) == "torch"  # nearest record 512 failed
+    assert "in a hole of its validity region" in popcorn.explain(op, torch.randn(4, 480))
+
+
 def test_no_evidence_means_the_reference():
     op = make_op()
     assert last(op, torch.randn(4, 64)) == "torch"
