@@ -16,22 +16,17 @@ import argparse
 import torch
 
 from popcorn.bench.timing import measure
+from popcorn.core import Case
+from popcorn.core.inputs import make_inputs
 from popcorn.dispatch.decide import decide
 from popcorn.kernels import rms_norm, softmax
 
+# (dims, batch, dtype) per op: decode-sized, square and pretraining-sized rows of production widths
 SHAPES = {
-    "rms_norm": (rms_norm, [((8, 4096), torch.bfloat16), ((4096, 4096), torch.bfloat16), ((16384, 8192), torch.bfloat16),
-                            ((4096, 4096), torch.float32)]),
-    "softmax": (softmax, [((4, 50257), torch.float32), ((64, 32000), torch.float32), ((16, 128256), torch.bfloat16)]),
+    "rms_norm": (rms_norm, "normalized_shape", [(4096, (8,), "bfloat16"), (4096, (4096,), "bfloat16"),
+                                                (8192, (16384,), "bfloat16"), (4096, (4096,), "float32")]),
+    "softmax": (softmax, "vocab", [(50257, (4,), "float32"), (32000, (64,), "float32"), (128256, (16,), "bfloat16")]),
 }
-
-
-def inputs(op, shape, dtype, device) -> dict:
-    g = torch.Generator(device=device).manual_seed(0)
-    x = torch.randn(shape, generator=g, device=device, dtype=torch.float32).to(dtype)
-    if op is rms_norm:
-        return {"x": x, "weight": torch.randn(shape[-1], generator=g, device=device).to(dtype)}
-    return {"x": x}
 
 
 def main() -> None:
@@ -42,19 +37,19 @@ def main() -> None:
     print(f"device: {name}, torch {torch.__version__}")
     print("op | shape | dtype | mode | chosen | chosen ms | " + " | ".join(f"{b} ms" for b in ("torch", "compile"))
           + " | chosen / fastest | popcorn host us")
-    for op_name, (op, shapes) in SHAPES.items():
-        for shape, dtype in shapes:
+    for op_name, (op, dim, shapes) in SHAPES.items():
+        for size, batch, dtype in shapes:
             for grad in (False, True):
-                args = inputs(op, shape, dtype, device)
+                args = make_inputs(op, Case({dim: size}, batch, dtype), device=device)
                 if grad:
-                    args = {k: v.requires_grad_() for k, v in args.items()}
-                chosen = decide(op, op.arguments((), args), grad).impl  # what the call below memoizes
+                    args = {k: v.requires_grad_() if isinstance(v, torch.Tensor) else v for k, v in args.items()}
+                chosen = decide(op, args, grad).impl  # what the call below memoizes
                 key = "step_ms" if grad else "fwd_ms"
                 direct = {b: measure(lambda _impl=op[b], **k: _impl.invoke(k), args, grad, device)[0][key]
                           for b in ("torch", "compile")}
                 timing, _ = measure(lambda **k: op(**k), args, grad, device)
                 ratio = timing[key] / min(direct.values())
-                print(f"{op_name} | {'x'.join(map(str, shape))} | {str(dtype).removeprefix('torch.')} | "
+                print(f"{op_name} | {'x'.join(map(str, (*batch, size)))} | {dtype} | "
                       f"{'step' if grad else 'forward'} | {chosen} | {timing[key]:.4f} | "
                       + " | ".join(f"{direct[b]:.4f}" for b in direct) + f" | {ratio:.2f} | {timing['host_us']:.1f}")
 

@@ -99,7 +99,8 @@ def main() -> None:
         direct, wrapped, over = overhead_us(lambda: chosen(*args, **kwargs), lambda: op(*args, **kwargs))
         # floor: the direct call plus computing the memo key alone (reading the tensors' attributes), which
         # any dispatcher pays; beside a multi-kernel eager op those reads cost more than in a tight loop
-        _, _, floor = overhead_us(lambda: chosen(*args, **kwargs), lambda: (op._key(*args, **kwargs), chosen(*args, **kwargs)))
+        _, _, floor = overhead_us(lambda: chosen(*args, **kwargs),
+                                  lambda: (op._key(*args, **kwargs), chosen(*args, **kwargs)))
         name = next(n for n, i in op.implementations.items() if i.fn is chosen)
         print(f"{label} | {name} | {direct:.2f} | {wrapped:.2f} | {over:.2f} | {floor:.2f}")
 

@@ -6,9 +6,9 @@ backend passed and were timed is replayed through ``decide`` with that case's ow
 would be), and charged the measured time of the backend it picks. Regret = that time / the
 fastest measured time of the case (1.00 is perfect). Forward-only calls are replayed from the
 same rows' forward times. A held-out case at the edge of what was measured lies outside the
-backends' validity regions, so it falls back to the reference: the last column counts those. Baselines: always the reference; always the backend that wins most
-cases of the group. Runs on the CPU: cases are rebuilt as meta tensors and decided for the
-device that measured them.
+backends' validity regions, so it falls back to the reference: the last column counts those.
+Baselines: always the reference; always the backend that wins most cases of the group. Runs on
+the CPU: cases are rebuilt as meta tensors and decided for the device that measured them.
 
     python benchmarks/dispatch_regret.py [RECORDS.jsonl ...]   # default: benchmarks/results/fill_*.jsonl
 """
@@ -25,14 +25,10 @@ from popcorn.core import Case
 from popcorn.core.inputs import make_inputs
 from popcorn.core.registry import REFERENCE
 from popcorn.dispatch import evidence
-from popcorn.dispatch.decide import decide
+from popcorn.dispatch.decide import decide, row_ms
 from popcorn.kernels import OPS
 
 RESULTS = Path(__file__).parent / "results"
-
-
-def _time(row: dict, grad: bool) -> float | None:
-    return row.get("step_ms" if grad else "fwd_ms") if row["status"] == "pass" else None
 
 
 def replay(op, rows: list[dict]) -> list[dict]:
@@ -44,7 +40,7 @@ def replay(op, rows: list[dict]) -> list[dict]:
         by_case[(r["device"], r["case_id"], False)].setdefault(r["impl"], r)
     out = []
     for (device, case_id, grad), impls in sorted(by_case.items()):
-        times = {name: t for name, r in impls.items() if (t := _time(r, grad))}
+        times = {name: t for name, r in impls.items() if r["status"] == "pass" and (t := row_ms(r, grad))}
         if REFERENCE not in times or len(times) < 2:
             continue
         held_out = [r for r in rows if not (r["case_id"] == case_id and r["device"] == device)]
@@ -93,7 +89,8 @@ def main(paths: list[str]) -> None:
               f"| {statistics.geometric_mean(regret):.3f} "
               f"| {statistics.median(e['in_sample'] for e in es):.3f} "
               f"| {statistics.median(e['times'][REFERENCE] / e['best'] for e in es):.3f} "
-              f"| {statistics.median(fixed):.3f}, {statistics.geometric_mean(fixed):.3f} ({one}) | {sum(e['edge'] for e in es)}")
+              f"| {statistics.median(fixed):.3f}, {statistics.geometric_mean(fixed):.3f} ({one}) "
+              f"| {sum(e['edge'] for e in es)}")
 
 
 if __name__ == "__main__":

@@ -3,15 +3,16 @@
 1. Eligibility: installed in range, gradient support, gates, predicate (Implementation.rejects),
    and the validity region learned from the rows of the call's group: the dim range the backend
    passed on, minus failing divisibility, minus holes (calls whose nearest record failed).
-2. Correctness: a failing or crashing row for this exact case blocks the backend.
+2. Correctness: a failing or crashing row for this exact case blocks the backend (the
+   nearest record at distance zero, so one rule with holes).
 3. Speed: each backend's nearest measured neighbour (log-shape distance) in the group gives a
    speedup over the reference (step time when gradients are needed, forward otherwise); the
    best wins unless it beats the reference by less than BAND.
 
 A group is: device (the same name, else a sibling of the same type), dtype, gradient mode,
 present optionals and non-float scalar args. A forward-only call also reads gradient-mode rows
-(fills measure in gradient mode; their forward was checked and timed), its own mode first. Evidence from other torch/backend versions or a
-sibling device ranks too, with a one-time warning.
+(fills measure in gradient mode; their forward was checked and timed), its own mode first.
+Evidence from other torch/backend versions or a sibling device ranks too, with a one-time warning.
 """
 
 from __future__ import annotations
@@ -87,7 +88,8 @@ def _distance(row: dict, call: dict) -> float:
     return d
 
 
-def _time(row: dict, grad: bool, prefix: str = "") -> float | None:
+def row_ms(row: dict, grad: bool, prefix: str = "") -> float | None:
+    """The time a row ranks by: the step with gradients, else the forward."""
     return row.get(f"{prefix}step_ms" if grad else f"{prefix}fwd_ms")
 
 
@@ -107,13 +109,13 @@ def _region(name: str, rows: list[dict], call: dict) -> str | None:
 
 
 def _reference_time(rows: list[dict], row: dict, grad: bool) -> float | None:
-    t = _time(row, grad, "ref_")
+    t = row_ms(row, grad, "ref_")
     if t:
         return t
     for r in rows:  # published tables carry no ref_* columns: use the reference's row of that case
         if r["impl"] == REFERENCE and r["case_id"] == row["case_id"] and r["grad"] == row["grad"] \
                 and r["device"] == row["device"] and r["status"] == "pass":
-            return _time(r, grad)
+            return row_ms(r, grad)
     return None
 
 
@@ -142,9 +144,11 @@ def decide(op, arguments: dict, grad: bool, rows: list[dict] | None = None, here
         if not mine:
             verdicts.append(Verdict(name, False, "no evidence for this device, dtype, gradient mode and arguments"))
             continue
-        bad = [r for r in mine if r["case_id"] == exact_id and r["status"] in ("fail", "crash")]
-        if bad:
-            verdicts.append(Verdict(name, False, f"failed on this exact case: {bad[0].get('reason')}", cited=bad[0]))
+        judged = [r for r in mine if r["status"] in ("pass", "fail", "crash")]
+        nearest = min(judged, key=lambda r: (_distance(r, call), r["status"] != "pass", r["case_id"]), default=None)
+        failed = nearest is not None and nearest["status"] != "pass"
+        if failed and nearest["case_id"] == exact_id:
+            verdicts.append(Verdict(name, False, f"failed on this exact case: {nearest.get('reason')}", cited=nearest))
             continue
         if not any(r["status"] == "pass" for r in mine):
             verdicts.append(Verdict(name, False, "never passed in this group", cited=mine[0]))
@@ -153,13 +157,11 @@ def decide(op, arguments: dict, grad: bool, rows: list[dict] | None = None, here
         if outside:
             verdicts.append(Verdict(name, False, outside))
             continue
-        judged = [r for r in mine if r["status"] in ("pass", "fail", "crash")]
-        nearest = min(judged, key=lambda r: (_distance(r, call), r["status"] != "pass", r["case_id"]))
-        if nearest["status"] != "pass":  # a failure inside the passing range claims its neighbourhood
+        if failed:  # a failure inside the passing range claims its neighbourhood
             verdicts.append(Verdict(name, False, f"in a hole of its validity region: its nearest record "
                                     f"{nearest['status']}ed ({nearest.get('reason')})", cited=nearest))
             continue
-        timed = [r for r in mine if r["status"] == "pass" and _time(r, grad)]
+        timed = [r for r in mine if r["status"] == "pass" and row_ms(r, grad)]
         if not timed:
             verdicts.append(Verdict(name, False, "passed but was never timed here"))
             continue
@@ -168,7 +170,7 @@ def decide(op, arguments: dict, grad: bool, rows: list[dict] | None = None, here
         if not ref:
             verdicts.append(Verdict(name, False, "no reference timing beside its nearest record", cited=near))
             continue
-        speedup = ref / _time(near, grad)
+        speedup = ref / row_ms(near, grad)
         _warn_foreign(op.name, name, near, here)
         verdicts.append(Verdict(name, True, f"{speedup:.2f}x the reference at its nearest record", speedup, near))
     ranked = sorted((v for v in verdicts if v.eligible), key=lambda v: -v.speedup)

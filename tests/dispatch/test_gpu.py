@@ -47,3 +47,5 @@ def test_explain_names_this_device():
     x, w = _inputs()
     text = popcorn.explain(rms_norm, x.detach(), w.detach())
     assert text.startswith("runs ")
+    # it cites a record of this GPU (or a sibling, by name), or says there is none; never CPU evidence
+    assert " on cpu:" not in text and (" on NVIDIA" in text or "no evidence" in text), text
