@@ -184,26 +184,38 @@ def floor_for(arguments: dict) -> float:
     return max(floors, default=FLOORS[torch.float32])
 
 
-def _structure(mine: list, truth: list) -> str | None:
-    if len(mine) != len(truth):
-        return f"returned {len(mine)} outputs, the reference {len(truth)}"
-    for i, (m, t) in enumerate(zip(mine, truth)):
+def _structure(mine: list, native: list, dtypes: dict[int, torch.dtype]) -> str | None:
+    """Why ``mine`` does not have the structure of the native-precision reference's outputs: count,
+    type, shape, dtype (or the declared one) and device of each; None when it does."""
+    if len(mine) != len(native):
+        return f"returned {len(mine)} outputs, the reference {len(native)}"
+    for i, (m, t) in enumerate(zip(mine, native)):
         if isinstance(t, torch.Tensor) != isinstance(m, torch.Tensor):
             return f"out{i}: returned {type(m).__name__}, the reference {type(t).__name__}"
         if isinstance(t, torch.Tensor):
             if tuple(m.shape) != tuple(t.shape):
                 return f"out{i}: shape {list(m.shape)}, the reference {list(t.shape)}"
-            if m.is_floating_point() != t.is_floating_point():
-                return f"out{i}: dtype {m.dtype}, the reference {t.dtype}"
+            want = dtypes.get(i, t.dtype)
+            if m.dtype != want:
+                declared = " (declared by the backend)" if i in dtypes else ""
+                return f"out{i}: dtype {_name(m.dtype)}, the reference {_name(want)}{declared}"
+            if m.device != t.device:
+                return f"out{i}: device {m.device}, the reference {t.device}"
     return None
 
 
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
 def check(reference: Callable, candidate: Callable, draw: Callable[[int], dict], *, trials: int,
-          grad: bool) -> Result:
+          grad: bool, out_dtypes: Callable[[dict], dict] | None = None) -> Result:
     """Run ``trials`` correctness trials of ``candidate`` against ``reference``; inputs from ``draw(trial)``.
 
-    Both callables take the op's arguments by keyword. Returns a Result with status pass, fail,
-    crash (candidate raised), oom, or error (the reference or the input draw failed).
+    Both callables take the op's arguments by keyword. Every output must have the native-precision
+    reference's dtype and device, except those ``out_dtypes(arguments)`` declares ({index: dtype}).
+    Returns a Result with status pass, fail, crash (candidate raised), oom, or error (the reference
+    or the input draw failed).
     """
     fwd: dict[str, Gauge] = {}
     bwd: dict[str, Gauge] = {}
@@ -233,7 +245,7 @@ def check(reference: Callable, candidate: Callable, draw: Callable[[int], dict],
         except Exception as e:  # noqa: BLE001
             free_memory()
             return Result(OOM if is_oom(e) else CRASH, describe(e), fwd, bwd, trial, grad)
-        problem = _structure(mine, truth)
+        problem = _structure(mine, budget, out_dtypes(mine_args) if out_dtypes else {})
         if problem:
             return Result(FAIL, problem, fwd, bwd, trial, grad)
         for i, (m, n, t) in enumerate(zip(mine, budget, truth)):

@@ -21,7 +21,7 @@ import torch
 from . import hotpath, metadata
 from .backends import Backend, family
 from .errors import DispatchError
-from .fingerprint import fingerprint
+from .fingerprint import canonical, fingerprint
 from .hotpath import PREFERENCE
 from .shapes import Binding, TensorSpec, bind
 
@@ -47,6 +47,10 @@ class Implementation:
 
     ``gates`` maps a parameter to ``None`` (the optional tensor must be absent), a set of torch
     dtypes (the tensor's dtype must be in it) or a collection of admitted scalar values.
+    ``out_dtypes`` declares outputs whose dtype differs from the reference's: output index -> a
+    torch dtype or the name of the tensor parameter whose dtype it takes (Liger's jsd returns its
+    loss in the input dtype where the reference returns fp32). Correctness holds every other
+    output to the reference's dtype.
     """
 
     op: Op
@@ -56,6 +60,7 @@ class Implementation:
     gates: dict[str, Any] = field(default_factory=dict)
     predicate: Callable[..., bool] | None = None
     forward_only: bool = False
+    out_dtypes: dict[int, Any] = field(default_factory=dict)
 
     def __post_init__(self):
         if not _IMPL_NAME.match(self.name):
@@ -67,14 +72,23 @@ class Implementation:
         for gate in self.gates:
             if gate not in params:
                 raise ValueError(f"{self.op.name}['{self.name}']: gate on unknown parameter '{gate}' (have {params})")
+        for index, dtype in self.out_dtypes.items():
+            if not isinstance(index, int) or not (isinstance(dtype, torch.dtype) or dtype in self.op.specs):
+                raise ValueError(f"{self.op.name}['{self.name}']: out_dtypes maps an output index to a torch dtype "
+                                 f"or a tensor parameter ({list(self.op.specs)}), got {index!r}: {dtype!r}")
         if self.fn is not None and self.name != REFERENCE:
             got = list(inspect.signature(self.fn).parameters)
             if got != params:
                 raise ValueError(f"{self.op.name}['{self.name}']: adapter parameters {got} must be the reference's {params}")
-        self.impl_hash = fingerprint(self.fn, self.predicate, self.source,
-                                     repr(sorted((k, repr(v)) for k, v in self.gates.items())),
-                                     f"forward_only={self.forward_only}",
-                                     *([repr(self.fn.recipe)] if hasattr(self.fn, "recipe") else []))
+
+    @functools.cached_property
+    def impl_hash(self) -> str:
+        """The fingerprint of everything this implementation runs and declares (computed on first use:
+        a ``source=`` kernel is imported for it)."""
+        fn = self._resolved
+        declared = (f"gates={canonical(self.gates)};forward_only={self.forward_only};"
+                    f"out_dtypes={canonical(self.out_dtypes)};recipe={canonical(getattr(fn, 'recipe', None))}")
+        return fingerprint(fn, self.predicate, declared=declared)
 
     @functools.cached_property
     def _resolved(self) -> Callable:
@@ -131,6 +145,10 @@ class Implementation:
             elif name in args and args[name] not in gate:
                 return False
         return True
+
+    def expected_dtypes(self, arguments: dict) -> dict[int, torch.dtype]:
+        """The declared output dtypes for a call with ``arguments`` (output index -> dtype)."""
+        return {i: d if isinstance(d, torch.dtype) else arguments[d].dtype for i, d in self.out_dtypes.items()}
 
     def invoke(self, arguments: dict):
         fn = self._resolved
@@ -210,7 +228,6 @@ class Op:
             a for a in (typing.get_args(ret) if typing.get_origin(ret) is tuple else (ret,)) if isinstance(a, TensorSpec))
         self.optional = tuple(n for n, s in self.specs.items() if s.optional)
         self.meta = metadata.parse(self.name, fn.__doc__, tags)
-        self.ref_hash = fingerprint(fn)
         self.implementations: dict[str, Implementation] = {}
         self._memo: dict = {}
         self.library = None  # torch.ops.popcorn.<name>, once enable_library() ran
@@ -228,6 +245,11 @@ class Op:
 
             self.register("compile", compiled(self))
 
+    @functools.cached_property
+    def ref_hash(self) -> str:
+        """The reference's fingerprint (computed on first use, off the import path)."""
+        return fingerprint(self.reference)
+
     # -- metadata -------------------------------------------------------------------------
     summary = property(lambda self: self.meta.summary)
     math = property(lambda self: self.meta.math)
@@ -236,15 +258,18 @@ class Op:
 
     # -- registration ---------------------------------------------------------------------
     def register(self, name: str, fn: Callable | None = None, *, source: str | None = None,
-                 gates: dict | None = None, predicate: Callable | None = None, forward_only: bool = False):
+                 gates: dict | None = None, predicate: Callable | None = None, forward_only: bool = False,
+                 out_dtypes: dict | None = None):
         """Register implementation ``name``: ``op.register(name, adapter)``, ``op.register(name,
         source="pkg.mod:fn")`` or as a decorator ``@op.register(name, gates=...)``. Returns the adapter."""
         if fn is None and source is None:
-            return lambda f: (self.register(name, f, gates=gates, predicate=predicate, forward_only=forward_only), f)[1]
+            return lambda f: (self.register(name, f, gates=gates, predicate=predicate, forward_only=forward_only,
+                                            out_dtypes=out_dtypes), f)[1]
         if name in self.implementations:
             raise ValueError(f"{self.name}: implementation '{name}' is already registered")
         self.implementations[name] = Implementation(self, name, fn=fn, source=source, gates=dict(gates or {}),
-                                                    predicate=predicate, forward_only=forward_only)
+                                                    predicate=predicate, forward_only=forward_only,
+                                                    out_dtypes=dict(out_dtypes or {}))
         self.forget()
         return fn
 

@@ -143,3 +143,45 @@ def test_compare_is_registry_free_and_times_both_sides():
     for k in ("fwd_ms", "bwd_ms", "step_ms", "ref_fwd_ms", "ref_bwd_ms", "host_us"):
         assert r.timing[k] > 0, k
     assert r.timing["fwd_q20_ms"] <= r.timing["fwd_ms"] <= r.timing["fwd_q80_ms"]
+
+
+@pytest.mark.parametrize("dtype, wrong", [("bfloat16", torch.float32), ("float32", torch.float64)])
+def test_a_wrong_output_dtype_fails_naming_the_output_and_both_dtypes(dtype, wrong):
+    def mine(x, weight, eps):  # right values, wrong dtype: breaks the caller's memory and the next op
+        return ref(x, weight, eps).to(wrong)
+    case = Case({"normalized_shape": 96}, (7,), dtype, {"eps": 1e-6})
+    r = check(ref, mine, draw_for(rms_norm, case), trials=2, grad=False)
+    assert r.status == "fail"
+    assert r.reason == f"out0: dtype {str(wrong).removeprefix('torch.')}, the reference {dtype}"
+
+
+def test_a_declared_output_dtype_is_what_the_output_is_held_to():
+    case = Case({"normalized_shape": 96}, (7,), "bfloat16", {"eps": 1e-6})
+
+    def mine(x, weight, eps):
+        return ref(x, weight, eps).float()
+    declared = check(ref, mine, draw_for(rms_norm, case), trials=2, grad=False,
+                     out_dtypes=lambda a: {0: torch.float32})
+    assert declared.status == "pass", declared.reason
+    wrong = check(ref, lambda **a: ref(**a), draw_for(rms_norm, case), trials=2, grad=False,
+                  out_dtypes=lambda a: {0: torch.float32})
+    assert wrong.status == "fail" and wrong.reason == "out0: dtype bfloat16, the reference float32 (declared by the backend)"
+
+
+def test_registration_declares_output_dtypes_by_dtype_or_parameter():
+    from popcorn.core import register_kernel
+    from popcorn.core.shapes import Float
+
+    @register_kernel(compile=False)
+    def toy_dtype(x: Float["n"]) -> Float["..."]:
+        """Toy loss.
+
+        $$y = \\sum x$$
+        """
+        return x.float().sum()
+
+    toy_dtype.register("quack", lambda x: x.sum(), out_dtypes={0: "x"})
+    x = torch.randn(8, dtype=torch.bfloat16)
+    assert toy_dtype["quack"].expected_dtypes({"x": x}) == {0: torch.bfloat16}
+    with pytest.raises(ValueError, match="out_dtypes"):
+        toy_dtype.register("liger", lambda x: x.sum(), out_dtypes={0: "y"})
