@@ -33,11 +33,17 @@ def _catalog(args) -> int:
             print(f"{'':<{width}}  {op.summary}")
             print(f"{'':<{width}}  $$ {op.math} $$")
             print(f"{'':<{width}}  args: {op.arg_pools}   tags: {', '.join(op.tags)}")
-    used = {i.backend.name for op in ops for i in op.implementations.values()}
-    missing = [b for name, b in BACKENDS.items() if b.problem() and (name in used or not args.ops)]
     print(f"\n{len(ops)} ops, {sum(len(op.implementations) for op in ops)} implementations")
-    for b in missing:
-        print(f"  {b.problem()}")
+    covers = {name: sorted({op.name for op in OPS.values() for i in op.implementations.values()
+                            if i.backend.name == name}) for name in BACKENDS}
+    for name, b in BACKENDS.items():
+        if b.package is None or (args.ops and not set(covers[name]) & set(args.ops)):
+            continue
+        if not covers[name]:  # say so rather than suggest an install that changes nothing
+            hint = f"; installing popcorn[{b.extra}] changes nothing" if b.extra else ""
+            print(f"  {name}: no adapters yet (covers no op){hint}")
+        elif b.problem():
+            print(f"  {b.problem()} (covers {', '.join(covers[name])})")
     return 0
 
 
@@ -55,7 +61,7 @@ def _fill(args) -> int:
     ops = [OPS[n] for n in (args.ops or sorted(OPS))]
     try:
         summary = fill(ops, backends=args.backend, limit=args.limit, force=args.force, timeout=args.timeout,
-                       slice_spec=args.slice, trials=args.trials, device=args.device)
+                       slice_spec=args.slice, trials=args.trials, device=args.device, curves=args.curves_only)
     except ValueError as e:
         print(f"popcorn bench fill: {e}", file=sys.stderr)
         return 2
@@ -87,11 +93,36 @@ def _merge(args) -> int:
 
 
 def _check(args) -> int:
+    from popcorn.bench import store
     from popcorn.bench.audit import run_check
     from popcorn.bench.delta import ReportStore
     from popcorn.kernels import OPS
 
-    return run_check(ReportStore().read(), OPS, release=args.release)
+    rows = ReportStore().read()
+    if args.include:  # audit shards as if merged, before merging them
+        try:
+            files = store.jsonl_files(args.include)
+        except FileNotFoundError as e:
+            print(f"popcorn bench check: {e}", file=sys.stderr)
+            return 2
+        bad: list = []
+        rows = store.merge(rows, [r for f in files for r in store.read_file(f, bad)])
+        for path, line, why in bad:
+            print(f"skipped {path}:{line}: not a popcorn record ({why})", file=sys.stderr)
+        print(f"auditing the store with {len(files)} included file(s) folded in")
+    return run_check(rows, OPS, release=args.release)
+
+
+def _plan(args) -> int:
+    from popcorn.bench.plan_view import run_plan
+    from popcorn.kernels import OPS
+
+    unknown = [n for n in args.ops if n not in OPS]
+    if unknown:
+        print(f"unknown op(s): {', '.join(unknown)}; known: {', '.join(sorted(OPS))}", file=sys.stderr)
+        return 2
+    return run_plan([OPS[n] for n in args.ops], memory_gib=args.device_memory, curves=args.curves_only,
+                    strata=args.stratum, cases=not args.summary)
 
 
 def _publish(args) -> int:
@@ -158,7 +189,20 @@ def _parser() -> argparse.ArgumentParser:
                    help="AXIS name=value ... dtype=... '...=[8]' +optional: vary one axis in a fixed context")
     f.add_argument("--trials", type=int, default=10, help="correctness trials per case (default 10)")
     f.add_argument("--device", help="cuda or cpu (default: cuda when available)")
+    f.add_argument("--curves-only", action="store_true",
+                   help="the named production and long-context curves alone (release fills)")
     f.set_defaults(run=_fill)
+
+    pl = bench_cmds.add_parser("plan", help="print an op's case plan by stratum, with the pairs gated at plan time",
+                               description="The cases `bench fill` would run, grouped by stratum (smallest first), "
+                               "the curves they form, and per backend how many pairs static gates exclude.")
+    pl.add_argument("ops", nargs="+", help="ops to plan")
+    pl.add_argument("--device-memory", type=float, metavar="GIB",
+                    help="plan for a device of this many GiB (default: this machine's device; an H200 has 141)")
+    pl.add_argument("--curves-only", action="store_true", help="the named curves alone, as a release fill")
+    pl.add_argument("--stratum", action="append", help="only this stratum (repeatable), e.g. production-bfloat16-grad")
+    pl.add_argument("--summary", action="store_true", help="counts per stratum and curve, no case lines")
+    pl.set_defaults(run=_plan)
 
     m = bench_cmds.add_parser("merge", help="fold JSONL shards or a user cache into the report store ($POPCORN_STORE)")
     m.add_argument("files", nargs="*", help="JSONL files or directories (default: the user cache)")
@@ -168,6 +212,8 @@ def _parser() -> argparse.ArgumentParser:
 
     c = bench_cmds.add_parser("check", help="audit the report store: missing, stale, failing, untimed pairs")
     c.add_argument("--release", action="store_true", help="also require passes, timings, curve points, no bad rows")
+    c.add_argument("--include", action="append", metavar="DIR|FILE",
+                   help="fold these JSONL shards in (as a merge would) before auditing; the store is not written")
     c.set_defaults(run=_check)
 
     pub = bench_cmds.add_parser("publish", help="write an immutable published report and dispatch table")

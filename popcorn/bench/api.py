@@ -132,9 +132,23 @@ def missing(op: Op, arguments: dict) -> list[str]:
     return [i.name for i in eligible(op, arguments, grad) if i.name not in have]
 
 
+_UNMEASURABLE: set[tuple[str, str]] = set()
+
+
 def ensure(op: Op, args: tuple, kwargs: dict) -> list[Record]:
-    """Bench mode: measure the call's backends that lack evidence, synchronously; user cache only."""
+    """Bench mode: measure the call's backends that lack evidence, synchronously; user cache only.
+
+    A call that is no single case (mixed float dtypes, as in mixed-precision training) is not
+    measured: it runs normally, and the reason is logged once per op."""
     arguments = op.arguments(args, kwargs)
+    if op.case(arguments) is None:
+        floats = sorted({str(v.dtype).removeprefix("torch.") for v in arguments.values()
+                         if isinstance(v, torch.Tensor) and v.is_floating_point()})
+        why = f"its float inputs mix dtypes ({', '.join(floats)}); cases have one dtype"
+        if (op.name, why) not in _UNMEASURABLE:
+            _UNMEASURABLE.add((op.name, why))
+            log.warning("%s: bench mode does not measure this call: %s", op.name, why)
+        return []
     todo = missing(op, arguments)
     if not todo:
         return []

@@ -85,7 +85,10 @@ class Result:
 
 
 def is_oom(e: BaseException) -> bool:
-    return isinstance(e, torch.OutOfMemoryError) or "out of memory" in str(e).lower()
+    """CUDA's OutOfMemoryError, the host allocator's failure (CPU tensors), or Python's MemoryError."""
+    text = str(e).lower()
+    return isinstance(e, (torch.OutOfMemoryError, MemoryError)) or "out of memory" in text \
+        or "can't allocate memory" in text
 
 
 def free_memory() -> None:

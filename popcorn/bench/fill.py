@@ -31,6 +31,7 @@ from .record import CRASH, OOM, SENTINEL_REASON, STATUSES, TIMEOUT, Record
 
 REUSABLE = frozenset({"pass", "fail", "crash", "oom", "timeout", "skip"})  # error rows are measured again
 REFERENCE_TIMEOUT = 60.0  # a reference that needs longer than this is an OOM-class budget, not a compile
+GROWTH_S_PER_GIB = 30.0  # watchdog seconds added per GiB a case's correctness run holds
 CPU_BUDGET_BYTES = 2 * 2**30  # the plan's "device memory" on CPU: keeps a CPU fill to minutes
 WRITE_EVERY_S = 5.0
 
@@ -55,7 +56,7 @@ class Summary:
             self.measured += 1
 
     def table(self) -> str:
-        cols = list(STATUSES) + ["cached", "pruned"]
+        cols = list(STATUSES) + ["cached", "pruned", "gated"]
         width = max([len(f"{o} {i}") for o, i in self.counts] + [10])
         lines = [f"{'op backend':<{width}}  " + " ".join(f"{c:>7}" for c in cols)]
         for (o, i), c in self.counts.items():
@@ -174,10 +175,24 @@ def _row_from(op: Op, impl: str, case: Case, grad: bool, status: str, reason: st
     return _record(op, op[impl], case, Result(status, reason, grad=grad), device, {})
 
 
+def watchdog(op: Op, impl: str, planned: planning.Planned, timeout: float) -> float:
+    """Seconds a case may take: ``timeout`` is the floor of backends that compile on first use, others
+    get at most the reference's 60 s floor; both grow with the case's size. The reference is capped
+    at 60 s: a reference that needs longer is out of budget, not compiling."""
+    grow = GROWTH_S_PER_GIB * planning.footprint(op, planned.case, planned.grad) / 2**30
+    if impl == REFERENCE:
+        return min(timeout, REFERENCE_TIMEOUT)
+    floor = timeout if op[impl].backend.compiles else min(timeout, REFERENCE_TIMEOUT)
+    return floor + grow
+
+
 def fill(ops: list[Op], *, backends: list[str] | None = None, limit: int | None = None, force: bool = False,
          timeout: float = 300.0, slice_spec: list[str] | None = None, trials: int = 10,
-         device: str | None = None, out=sys.stderr) -> Summary:
-    """Measure the plan of each op for the reference and every installed backend; returns the Summary."""
+         device: str | None = None, curves: bool = False, out=sys.stderr) -> Summary:
+    """Measure the plan of each op for the reference and every installed backend; returns the Summary.
+
+    ``curves``: the named curves alone (a release fill). Pairs a static gate or forward-only flag
+    excludes are counted as ``gated`` and never reach the worker."""
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     dname = device_name(dev)
     budget = device_bytes(dev)
@@ -203,6 +218,8 @@ def fill(ops: list[Op], *, backends: list[str] | None = None, limit: int | None 
                 the_plan = planning.slice_cases(op, axis, context, budget)
             else:
                 the_plan = planning.case_plan(op, budget)
+            if curves:
+                the_plan = planning.curves_only(the_plan)
             if limit:
                 the_plan = planning.sample(the_plan, limit)
             cached: dict[tuple, Record] = {}
@@ -216,6 +233,9 @@ def fill(ops: list[Op], *, backends: list[str] | None = None, limit: int | None 
                     planned = Case.from_config(json.loads(r.config))
                     frontiers[impl].add(planned, grad, _stratum_of(the_plan, r) or "")
             total = len(the_plan.cases) * len(impls)
+            if total and not force and all((i, p.case.case_id, p.grad) in cached or planning.gated(op, op[i], p)
+                                           for p in the_plan.cases for i in impls):
+                print(f"{op.name}: every planned case is cached; add --force to remeasure", file=out)
             done = 0
             for p in the_plan.cases:
                 ref_row = None
@@ -227,6 +247,9 @@ def fill(ops: list[Op], *, backends: list[str] | None = None, limit: int | None 
                         if impl == REFERENCE:
                             ref_row = cached[key]
                         continue
+                    if planning.gated(op, op[impl], p):
+                        summary.add(op.name, impl, "gated")
+                        continue
                     if frontiers[REFERENCE].blocks(p.case, p.grad, p.stratum) or \
                             frontiers[impl].blocks(p.case, p.grad, p.stratum):
                         summary.add(op.name, impl, "pruned")
@@ -235,7 +258,7 @@ def fill(ops: list[Op], *, backends: list[str] | None = None, limit: int | None 
                         worker = Worker(dev, sentinel_dir)
                     task = {"op": op.name, "module": op.reference.__module__, "impl": impl,
                             "config": p.case.config(), "grad": p.grad, "trials": trials, "device": str(dev)}
-                    budget_s = min(timeout, REFERENCE_TIMEOUT) if impl == REFERENCE else timeout
+                    budget_s = watchdog(op, impl, p, timeout)
                     try:
                         row_dict, ok = worker.run(task, budget_s)
                         if "error" in row_dict:

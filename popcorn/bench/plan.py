@@ -9,15 +9,18 @@ memory. It never touches a device. Three profiles make up a plan:
   and all-last rows. Every value and every pair of values of two axes appears (before repair,
   which may merge rows).
 * ``production``: one-axis curves through each dim's pool with every other dim pinned to its
-  production anchor (temporal axes capped at 32K); the primary axis also gets one curve per
-  non-default scalar value and per optional tensor.
+  production anchor (temporal axes capped at 32K, token rows at 64K); the primary axis also gets
+  one curve per non-default scalar value and per optional tensor. A row-wise op's leading ``...``
+  counts token rows (``register_kernel(batch="token_rows")``), so its curves run at 4096 rows and
+  its rows curve through 64K at production widths, as training calls it.
 * ``long``: the same over temporal axes only, from 8K to 1M, the other dims pinned to the small
   long-context anchors.
 
 Every case is repaired onto valid cross-axis relations (:func:`repair`); curve and slice points
 whose repair would change a pinned value are dropped rather than altered, so a curve's context is
 exactly its metadata. fp16 cases whose backward reduces 32K or more positions into one input are
-planned forward-only, and cases whose correctness copies cannot fit the device are dropped.
+planned forward-only, and cases whose correctness copies (native, fp64 truth, gradients and the
+reference's declared workspace) cannot fit the device are dropped.
 Cases run smallest-first within each stratum so an OOM/timeout :class:`Frontier` meets its
 boundary before paying for anything beyond it.
 """
@@ -33,7 +36,7 @@ import re
 from dataclasses import dataclass, field, replace
 
 from popcorn.core.case import Case
-from popcorn.core.dims import dim
+from popcorn.core.dims import Dim, dim
 from popcorn.core.inputs import shape_of
 
 BATCH = "..."  # the leading variadic extent, an axis of its own: 0 -> batch=(), n -> batch=(n,)
@@ -112,16 +115,21 @@ def primary_axis(op) -> str:
     return next((a for a in PRIMARY if a in axes), axes[0] if axes else BATCH)
 
 
-def _pool(axis: str) -> tuple:
-    return tuple(dim(axis).pool)
+def axis_dim(op, axis: str) -> Dim:
+    """The vocabulary entry of an axis; the leading ``...`` takes the one the op names (``op.batch``)."""
+    return dim(op.batch) if axis == BATCH else dim(axis)
 
 
-def _temporal(axis: str) -> bool:
-    return axis != BATCH and dim(axis).temporal
+def _pool(op, axis: str) -> tuple:
+    return tuple(axis_dim(op, axis).pool)
 
 
-def _anchor(axis: str, profile: str) -> int:
-    d = dim(axis)
+def _temporal(op, axis: str) -> bool:
+    return axis_dim(op, axis).temporal
+
+
+def _anchor(op, axis: str, profile: str) -> int:
+    d = axis_dim(op, axis)
     return d.long_anchor if profile == "long" and d.long_anchor is not None else d.anchor
 
 
@@ -134,7 +142,7 @@ def _batch(n: int | tuple | list) -> tuple[int, ...]:
 
 def coverage_axes(op) -> list[tuple[str, tuple]]:
     """The covering array's axes: dims (``...`` included), ``dtype``, scalars, ``+optional`` presence."""
-    axes = [(a, _pool(a)) for a in dim_axes(op)]
+    axes = [(a, tuple(axis_dim(op, a).coverage or axis_dim(op, a).pool)) for a in dim_axes(op)]
     axes.append(("dtype", dtypes_of(op)))
     axes += [(name, tuple(pool)) for name, pool in op.arg_pools.items()]
     axes += [(f"+{name}", (False, True)) for name in op.optional]
@@ -383,8 +391,21 @@ def copies(dtype: str, grad: bool) -> int:
     return 7 + 2 * r if grad else 5 + r
 
 
+def workspace_bytes(op, case: Case, grad: bool) -> int:
+    """The reference's declared intermediates in the fp64 truth run plus the native one (at least fp32);
+    autograd keeps about as much again for the backward."""
+    if op.workspace is None:
+        return 0
+    return op.workspace(case) * (8 + 4) * (2 if grad else 1)
+
+
+def footprint(op, case: Case, grad: bool) -> int:
+    """Bytes one correctness run holds at once: input copies (native, truth, gradients) and workspace."""
+    return estimated_bytes(op, case) * copies(case.dtype, grad) + workspace_bytes(op, case, grad)
+
+
 def fits(op, case: Case, grad: bool, device_bytes: int) -> bool:
-    return estimated_bytes(op, case) * copies(case.dtype, grad) <= device_bytes * HEADROOM
+    return footprint(op, case, grad) <= device_bytes * HEADROOM
 
 
 def stratum(profile: str, dtype: str, grad: bool) -> str:
@@ -421,7 +442,7 @@ class _Collector:
             return True
         if cid not in self.bytes:
             self.bytes[cid] = estimated_bytes(self.op, case)
-        if self.bytes[cid] * copies(case.dtype, grad) > self.device_bytes * HEADROOM:
+        if not fits(self.op, case, grad, self.device_bytes):
             self.unfit.add(cid)
             return False
         self.planned[key] = Planned(case, grad, stratum(profile, case.dtype, grad), series)
@@ -444,12 +465,13 @@ def _variants(op, axis: str) -> list[tuple[str, dict, tuple]]:
     return out
 
 
-def _axis_values(axis: str, profile: str) -> list:
-    pool = _pool(axis)
+def _axis_values(op, axis: str, profile: str) -> list:
+    pool = _pool(op, axis)
     if profile == "long":
         return [v for v in pool if v >= LONG_MIN]
-    if _temporal(axis):
-        return [v for v in pool if v <= TEMPORAL_CAP]
+    if _temporal(op, axis):
+        cap = axis_dim(op, axis).cap or TEMPORAL_CAP
+        return [v for v in pool if v <= cap]
     return list(pool)
 
 
@@ -479,16 +501,16 @@ def _curve(name, profile, axis, dtype, variant, cases, args, present) -> Curve:
 
 def _curves(op, profile: str, collector: _Collector) -> list[Curve]:
     axes = dim_axes(op)
-    swept = axes if profile == "production" else [a for a in axes if _temporal(a)]
+    swept = axes if profile == "production" else [a for a in axes if _temporal(op, a)]
     curves = []
     for dtype in dtypes_of(op):
         for axis in swept:
-            fixed = {a: _anchor(a, profile) for a in axes if a != axis}
+            fixed = {a: _anchor(op, a, profile) for a in axes if a != axis}
             for variant, args, present in _variants(op, axis):
                 name = f"curve:{profile}:{axis}:{dtype}:{variant}"
                 # Admit to a trial collector first: a curve that fails the >= 2 rule plans nothing.
                 trial = _Collector(op, collector.device_bytes)
-                cases = _sweep(op, axis, _axis_values(axis, profile), fixed, dtype, args, present, trial,
+                cases = _sweep(op, axis, _axis_values(op, axis, profile), fixed, dtype, args, present, trial,
                                profile, name)
                 collector.unfit |= trial.unfit
                 if len(cases) < 2:
@@ -527,6 +549,21 @@ def sample(plan: Plan, limit: int) -> Plan:
         if kept:
             curves.append(replace(c, case_ids=kept))
     return Plan(plan.op, cases, curves, plan.dropped)
+
+
+def curves_only(plan: Plan) -> Plan:
+    """The cases on named curves alone (what a release fill runs; coverage is sampled elsewhere)."""
+    ids = {i for c in plan.curves for i in c.case_ids}
+    return Plan(plan.op, [p for p in plan.cases if p.case.case_id in ids], list(plan.curves), plan.dropped)
+
+
+def gated(op, impl, planned: Planned) -> str | None:
+    """Why ``impl`` cannot run ``planned`` whatever the tensors hold (static gates, forward-only), or None."""
+    if impl.forward_only and planned.grad:
+        return "forward-only"
+    if not impl.admits_static(planned.case.dtype, planned.case.args, planned.case.present):
+        return "gate"
+    return None
 
 
 # -- slices --------------------------------------------------------------------------------------
@@ -581,7 +618,7 @@ def slice_cases(op, axis: str, context: dict, device_bytes: int) -> Plan:
     digest = hashlib.sha1(json.dumps(canonical).encode()).hexdigest()[:8]
     name = f"curve:slice:{axis}:{dtype}:ctx-{digest}"
     collector = _Collector(op, device_bytes)
-    ordered = _sweep(op, axis, _axis_values(axis, "production"), fixed, dtype, args, present, collector,
+    ordered = _sweep(op, axis, _axis_values(op, axis, "production"), fixed, dtype, args, present, collector,
                      "production", name)
     curves = [_curve(name, "slice", axis, dtype, f"ctx-{digest}", ordered, args, present)] if ordered else []
     return collector.plan(curves)

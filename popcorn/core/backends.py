@@ -21,6 +21,8 @@ class Backend:
     module: str | None = None  # import name, when it differs from the distribution
     versions: str = ""  # PEP 440 specifier, e.g. ">=0.6,<0.8"
     extra: str | None = None
+    # JIT-compiles on a first call (inductor, Triton): the fill's watchdog leaves room for that
+    compiles: bool = True
 
     @functools.cached_property
     def version(self) -> str | None:
@@ -59,14 +61,14 @@ class Backend:
             raise BackendUnavailable(reason)
 
 
-_TORCH = Backend("torch", None)
+_TORCH = Backend("torch", None, compiles=False)
 
 BACKENDS: dict[str, Backend] = {
     b.name: b
     for b in (
         _TORCH,
         Backend("compile", None),
-        Backend("sdpa", None),
+        Backend("sdpa", None, compiles=False),
         Backend("popcorn", "triton", versions=">=3.3"),
         Backend("liger", "liger-kernel", "liger_kernel", ">=0.6,<0.8", "liger"),
         Backend("fla", "flash-linear-attention", "fla", ">=0.4,<0.5", "fla"),

@@ -29,7 +29,9 @@ class Dim:
     pool: tuple[int, ...]
     anchor: int
     long_anchor: int | None = None  # None: keep the production anchor on long-context curves
-    temporal: bool = False  # grows with context length; capped at 32K on production curves
+    temporal: bool = False  # grows with context length; capped on production curves
+    cap: int | None = None  # the largest value on production curves (temporal default: 32K)
+    coverage: tuple[int, ...] | None = None  # the covering array's values, when not the whole pool
 
 
 def _dims(*dims: Dim) -> dict[str, Dim]:
@@ -38,7 +40,8 @@ def _dims(*dims: Dim) -> dict[str, Dim]:
 
 DIMS: dict[str, Dim] = _dims(
     Dim("seq", _TEMPORAL_POOL, 4096, temporal=True),
-    Dim("tokens", _TEMPORAL_POOL, 4096, temporal=True),
+    # training calls token-wise ops on batch x sequence rows: production curves run to 64K tokens
+    Dim("tokens", _TEMPORAL_POOL, 4096, temporal=True, cap=64 * _K),
     Dim("total", _TEMPORAL_POOL, 4096, temporal=True),
     Dim("hidden", _FEATURE_POOL, 4096, 256),
     Dim("intermediate", _FEATURE_POOL, 14336, 512),
@@ -58,7 +61,14 @@ DIMS: dict[str, Dim] = _dims(
     Dim("boundaries", tuple(range(2, 18)) + (33, 65, 129, 257, 513, 1025), 33, 2),
     # '...': the leading variadic extent; 0 means no batch dims at all.
     Dim("...", (0, 1, 2, 4, 8, 16, 32, 64), 0, 1),
+    # '...' of a row-wise op (register_kernel(batch="token_rows")): the batch x sequence token rows it is
+    # called on in training; edge sizes (no batch, one row, tails) stay in the covering array.
+    Dim("token_rows", (0, 1, 2, 3, 4, 8, 16, 17, 32, 64, 128, 256, 512, 1024, 1447, 2048, 4096, 8 * _K, 16 * _K, 32 * _K, 64 * _K,
+                 128 * _K, 256 * _K, 512 * _K, 1024 * _K), 4096, temporal=True, cap=64 * _K,
+        coverage=(0, 1, 3, 17, 64, 1447, 4096, 64 * _K)),
 )
+# Vocabulary entries a leading '...' can stand for (register_kernel(batch=...)).
+BATCH_DIMS = ("...", "token_rows")
 
 # Dims the plan does not know draw from these seeds: powers of two and tile+-1 neighbours.
 GRID = (1, 2, 3, 8, 16, 17, 33, 64, 65, 128, 129, 256, 512, 1024, 2048, 4096, 8192, 32768, 131072, 1048576)

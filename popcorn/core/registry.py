@@ -201,8 +201,13 @@ class Op:
     """An op: its reference, contract (annotations, scalar pools, input domains) and implementations."""
 
     def __init__(self, fn: Callable, *, name: str | None = None, args: dict | None = None,
-                 inputs: dict | None = None, tags=(), compile: bool = True):
+                 inputs: dict | None = None, tags=(), compile: bool = True, batch: str = "...",
+                 workspace: Callable | None = None):
         self.reference = fn
+        # what the leading '...' counts (the dims vocabulary entry the plan draws it from)
+        self.batch = batch
+        # (case) -> elements of the largest intermediate the reference holds beyond its inputs
+        self.workspace = workspace
         self.name = name or fn.__name__
         self.signature = inspect.signature(fn, eval_str=True)
         self.specs: dict[str, TensorSpec] = {}
@@ -227,6 +232,12 @@ class Op:
         self.outputs: tuple[TensorSpec, ...] = tuple(
             a for a in (typing.get_args(ret) if typing.get_origin(ret) is tuple else (ret,)) if isinstance(a, TensorSpec))
         self.optional = tuple(n for n, s in self.specs.items() if s.optional)
+        if batch != "...":
+            from .dims import BATCH_DIMS
+
+            if batch not in BATCH_DIMS or not any(s.variadic for s in self.specs.values()):
+                raise ValueError(f"{self.name}: batch={batch!r} names what a leading '...' counts; use one of "
+                                 f"{BATCH_DIMS} on an op with a '...' input")
         self.meta = metadata.parse(self.name, fn.__doc__, tags)
         self.implementations: dict[str, Implementation] = {}
         self._memo: dict = {}
@@ -277,8 +288,18 @@ class Op:
         try:
             return self.implementations[name]
         except KeyError:
-            raise DispatchError(
-                f"{self.name} has no backend '{name}'; registered: {', '.join(self.implementations)}") from None
+            pass
+        from .backends import BACKENDS
+
+        registered = ", ".join(self.implementations)
+        fam = BACKENDS.get(name.split(":", 1)[0])
+        if fam is not None and fam.package is not None:
+            # a known library without an adapter for this op: installing its extra would change nothing
+            variants = [n for n in self.implementations if n.split(":", 1)[0] == fam.name]
+            has = f"its adapters here are {', '.join(variants)}" if variants else \
+                f"popcorn has no {fam.name} adapter for {self.name} (see `popcorn ops` for what {fam.name} covers)"
+            raise DispatchError(f"{self.name} has no backend '{name}': {has}; registered: {registered}")
+        raise DispatchError(f"{self.name} has no backend '{name}'; registered: {registered}")
 
     def available_backends(self) -> list[str]:
         """Registered backends whose package is installed in a supported version, in registration order."""
@@ -384,14 +405,19 @@ def _harness(name: str):
 
 
 def register_kernel(fn: Callable | None = None, *, name: str | None = None, args: dict | None = None,
-                    inputs: dict | None = None, tags=(), compile: bool = True):
+                    inputs: dict | None = None, tags=(), compile: bool = True, batch: str = "...",
+                    workspace: Callable | None = None):
     """Turn a pure-PyTorch reference into an :class:`Op`.
 
     ``args`` gives scalar value pools for the case plan (the default always comes first);
     ``inputs`` maps a tensor parameter to ``fn(shape, case, generator) -> Tensor`` when random
     normal draws are not valid inputs (probabilities, indices, cu_seqlens); ``tags`` come from
-    :data:`popcorn.core.metadata.TAGS`.
+    :data:`popcorn.core.metadata.TAGS`; ``batch="token_rows"`` says a leading ``...`` counts the
+    batch x sequence rows of a row-wise op (planned to 64K tokens and past); ``workspace(case)``
+    gives the elements of the largest intermediate the reference holds beyond its inputs
+    (attention's scores), so the plan drops cases whose correctness run cannot fit.
     """
     def wrap(f):
-        return Op(f, name=name, args=args, inputs=inputs, tags=tags, compile=compile)
+        return Op(f, name=name, args=args, inputs=inputs, tags=tags, compile=compile, batch=batch,
+                  workspace=workspace)
     return wrap(fn) if fn is not None else wrap

@@ -30,7 +30,13 @@ def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, 
     return torch.softmax(scores, dim=-1) @ vf
 
 
-@register_kernel(args={"scale": [None, 0.125]}, tags=("attention",))
+def _scores(case) -> int:
+    """The fp32 score matrix the reference materializes: batch x q_heads x seq x seq."""
+    d = case.dims
+    return d["batch"] * d["q_heads"] * d["seq"] ** 2
+
+
+@register_kernel(workspace=_scores, args={"scale": [None, 0.125]}, tags=("attention",))
 def attn(
     q: Float["batch q_heads seq head_dim"],
     k: Float["batch kv_heads seq head_dim"],

@@ -1,6 +1,7 @@
 """embedding: a table lookup of rows of weight by index."""
 
 import torch
+import torch.nn.functional as F
 
 from popcorn.core import Float, Int, register_kernel
 
@@ -10,7 +11,12 @@ def indices_domain(shape, case, generator) -> torch.Tensor:
     return torch.randint(0, case.dims["vocab"], shape, generator=generator, dtype=torch.int64)
 
 
-@register_kernel(inputs={"indices": indices_domain}, tags=("embedding",))
+def _rows(case) -> int:
+    """The gathered tokens x hidden output, larger than the table when tokens > vocab."""
+    return case.dims["tokens"] * case.dims["hidden"]
+
+
+@register_kernel(workspace=_rows, inputs={"indices": indices_domain}, tags=("embedding",))
 def embedding(
     indices: Int["tokens"],
     weight: Float["vocab hidden"],
@@ -21,4 +27,6 @@ def embedding(
 
     [torch.nn.functional.embedding](https://pytorch.org/docs/stable/generated/torch.nn.functional.embedding.html)
     """
-    return weight[indices]
+    # F.embedding, not weight[indices]: Python indexing wraps negative indices around, torch's
+    # embedding rejects them (IndexError on the host, a device-side assert on CUDA: no sync)
+    return F.embedding(indices, weight)

@@ -9,7 +9,7 @@ from popcorn.core import Float, register_kernel
 from popcorn.core.numerics import upcast
 
 
-@register_kernel(tags=("activation",))
+@register_kernel(batch="token_rows", tags=("activation",))
 def geglu(
     gate: Float["... intermediate"],
     up: Float["... intermediate"],

@@ -8,7 +8,7 @@ from popcorn.core import Float, register_kernel
 from popcorn.core.numerics import upcast
 
 
-@register_kernel(tags=("activation",))
+@register_kernel(batch="token_rows", tags=("activation",))
 def gelu(
     x: Float["... hidden"],
     approximate: Literal["none", "tanh"] = "none",

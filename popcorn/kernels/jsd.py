@@ -3,10 +3,15 @@
 input = log Q (student), target = log P (teacher). beta = 0 is forward KL(P || Q) and beta = 1 reverse
 KL(Q || P), special-cased as in Liger (the general formula degenerates to 0 there). Rows whose
 shift_label is ignore_index are dropped; the sum over kept rows is divided by their count (every row
-when shift_labels is None), and with no kept rows the loss is 0, as in Liger. Unlike Liger, which
+when shift_labels is None), and with no kept rows (or no rows) the loss is 0, as in Liger. Entries a
+distribution gives probability 0 (log-probability -inf) contribute 0, and the mixture is formed in
+log space, so masked vocabularies and log-probabilities below fp32's exp range (about -104) stay
+finite. Unlike Liger, which
 returns the loss in the input dtype and no gradient for the teacher, this returns fp32 (fp64 on fp64
 inputs) and autograd differentiates both inputs.
 """
+
+import math
 
 import torch
 
@@ -14,10 +19,10 @@ from popcorn.core import Float, Int, register_kernel
 from popcorn.core.numerics import upcast
 
 from .cross_entropy import target_domain as _labels_domain
-from .kl_div import log_probs
+from .kl_div import _pointwise, kl_terms, log_probs
 
 
-@register_kernel(args={"beta": [0.5, 0.0, 1.0]},
+@register_kernel(workspace=_pointwise, args={"beta": [0.5, 0.0, 1.0]},
                  inputs={"input": log_probs, "target": log_probs, "shift_labels": _labels_domain}, tags=("loss",))
 def jsd(
     input: Float["tokens vocab"],
@@ -35,15 +40,19 @@ def jsd(
     """
     log_q, log_p = upcast(input), upcast(target)
     if beta == 0.0:  # forward KL(P || Q)
-        loss = (torch.exp(log_p) * (log_p - log_q)).sum(-1)
+        loss = kl_terms(log_p, log_q).sum(-1)
     elif beta == 1.0:  # reverse KL(Q || P)
-        loss = (torch.exp(log_q) * (log_q - log_p)).sum(-1)
+        loss = kl_terms(log_q, log_p).sum(-1)
     else:
-        p, q = torch.exp(log_p), torch.exp(log_q)
-        log_m = torch.log(beta * p + (1.0 - beta) * q)
-        loss = (beta * p * (log_p - log_m) + (1.0 - beta) * q * (log_q - log_m)).sum(-1)
+        # log M = logaddexp(log beta + log P, log(1 - beta) + log Q); where both are -inf the entry
+        # is masked in both terms, and zeros keep logaddexp's gradient (exp(-inf + inf)) out of NaN
+        dead = (log_p == float("-inf")) & (log_q == float("-inf"))
+        zero = torch.zeros_like(log_p)
+        log_m = torch.logaddexp(torch.where(dead, zero, log_p) + math.log(beta),
+                                torch.where(dead, zero, log_q) + math.log1p(-beta))
+        loss = (beta * kl_terms(log_p, log_m) + (1.0 - beta) * kl_terms(log_q, log_m)).sum(-1)
     if shift_labels is None:
-        return loss.sum() / input.shape[0]
+        return loss.sum() / max(input.shape[0], 1)
     keep = shift_labels != ignore_index
     loss = torch.where(keep, loss, torch.zeros_like(loss))
     return loss.sum() / keep.sum().clamp_min(1)

@@ -1,6 +1,7 @@
 """kl_div: KL divergence loss with torch.nn.KLDivLoss semantics (input in log-space).
 
-With log_target off, entries where the target is 0 contribute 0 (xlogy), as in torch. 'batchmean'
+Entries where the target probability is 0 contribute 0 and no gradient, whatever the input holds:
+masked vocabularies put -inf in both, where torch's formula gives 0 * -inf = NaN. 'batchmean'
 divides the sum by the number of rows, 'mean' by the number of elements. The loss is fp32 (fp64 on
 fp64 inputs), also under reduction='none'.
 """
@@ -18,13 +19,28 @@ def log_probs(shape, case, generator) -> torch.Tensor:
     return torch.log_softmax(torch.randn(shape, generator=generator, dtype=torch.float64), dim=-1)
 
 
+def kl_terms(log_a: torch.Tensor, log_b: torch.Tensor) -> torch.Tensor:
+    """Pointwise ``a * (log a - log b)`` from log-probabilities: 0 (with zero gradients) where a = 0,
+    +inf where only b = 0. Masked operands are replaced before the arithmetic, so neither the value
+    nor the gradient meets 0 * inf."""
+    keep = log_a > float("-inf")
+    safe_a = torch.where(keep, log_a, torch.zeros_like(log_a))
+    safe_b = torch.where(keep, log_b, torch.zeros_like(log_b))
+    return torch.where(keep, torch.exp(safe_a) * (safe_a - safe_b), torch.zeros_like(log_a))
+
+
 def target_domain(shape, case, generator) -> torch.Tensor:
     """Probabilities, or log-probabilities when the case sets log_target."""
     z = torch.randn(shape, generator=generator, dtype=torch.float64)
     return torch.log_softmax(z, dim=-1) if case.args.get("log_target") else torch.softmax(z, dim=-1)
 
 
-@register_kernel(inputs={"input": log_probs, "target": target_domain}, tags=("loss",))
+def _pointwise(case) -> int:
+    """Upcast probabilities and the pointwise loss: three tokens x vocab tensors."""
+    return 3 * case.dims["tokens"] * case.dims["vocab"]
+
+
+@register_kernel(workspace=_pointwise, inputs={"input": log_probs, "target": target_domain}, tags=("loss",))
 def kl_div(
     input: Float["tokens vocab"],
     target: Float["tokens vocab"],
@@ -39,9 +55,11 @@ def kl_div(
     """
     x, y = upcast(input), upcast(target)
     if log_target:
-        loss = torch.exp(y) * (y - x)
-    else:
-        loss = torch.xlogy(y, y) - y * x
+        loss = kl_terms(y, x)
+    else:  # log y only where y > 0: the log of a masked target never enters the graph
+        keep = y > 0
+        loss = kl_terms(torch.where(keep, torch.log(torch.where(keep, y, torch.ones_like(y))),
+                                    torch.full_like(y, float("-inf"))), x)
     if reduction == "none":
         return loss
     if reduction == "sum":

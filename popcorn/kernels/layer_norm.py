@@ -6,7 +6,7 @@ from popcorn.core import Float, register_kernel
 from popcorn.core.numerics import upcast
 
 
-@register_kernel(args={"eps": [1e-5, 1e-6]}, tags=("normalization",))
+@register_kernel(batch="token_rows", args={"eps": [1e-5, 1e-6]}, tags=("normalization",))
 def layer_norm(
     x: Float["... normalized_shape"],
     weight: Float["normalized_shape"],

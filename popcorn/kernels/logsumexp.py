@@ -6,7 +6,7 @@ from popcorn.core import Float, register_kernel
 from popcorn.core.numerics import upcast
 
 
-@register_kernel(tags=("reduction",))
+@register_kernel(batch="token_rows", tags=("reduction",))
 def logsumexp(x: Float["... vocab"]) -> Float["..."]:
     """Log-sum-exp over the last dimension, computed in fp32 and cast back to the input dtype.
 

@@ -6,7 +6,7 @@ from popcorn.core import Float, register_kernel
 from popcorn.core.numerics import upcast
 
 
-@register_kernel(tags=("activation",))
+@register_kernel(batch="token_rows", tags=("activation",))
 def swish(x: Float["... hidden"]) -> Float["... hidden"]:
     """Swish (SiLU): the input times its logistic sigmoid, computed in fp32.
 

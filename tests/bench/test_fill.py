@@ -42,7 +42,9 @@ def test_a_killed_worker_costs_exactly_one_crash_row_and_the_fill_finishes():
 
 
 def test_a_hang_costs_one_timeout_row_and_prunes_larger_cases():
-    summary = run(["toy:hang"], timeout=4)
+    # a watchdog of 20 s: a toy case takes milliseconds, so even a loaded 2-core machine never
+    # comes near it, while the hang (an hour) always does
+    summary = run(["toy:hang"], timeout=20)
     hung = rows("toy:hang")
     assert [r.status for r in hung].count("timeout") == 1
     timeout = next(r for r in hung if r.status == "timeout")

@@ -101,7 +101,9 @@ def test_coverage_axes_of_attn_and_cross_entropy():
     ce = dict(P.coverage_axes(OPS["cross_entropy"]))
     assert set(ce) == {"tokens", "vocab", "dtype", "ignore_index", "label_smoothing", "reduction"}
     rms = dict(P.coverage_axes(OPS["rms_norm"]))
-    assert rms["..."] == (0, 1, 2, 4, 8, 16, 32, 64)
+    # a row-wise op's '...' counts token rows: edge sizes and training sizes to 64K
+    assert rms["..."] == (0, 1, 3, 17, 64, 1447, 4096, 65536)
+    assert dict(P.coverage_axes(OPS["matmul"]))["..."] == (0, 1, 2, 4, 8, 16, 32, 64)
     assert dict(P.coverage_axes(OPS["layer_norm"]))["+bias"] == (False, True)
 
 
@@ -247,21 +249,58 @@ def test_rms_norm_curves(plans):
     for dtype in ("float32", "bfloat16", "float16"):
         want += [f"curve:production:...:{dtype}:base", f"curve:production:normalized_shape:{dtype}:base",
                  f"curve:production:normalized_shape:{dtype}:arg-eps-1e-05"]
-    assert names == want  # no temporal axis: no long-context curves
+    want += [f"curve:long:...:{dtype}:base" for dtype in ("float32", "bfloat16", "float16")]
+    assert names == want  # token rows are rms_norm's temporal axis: long-context curves past 64K
     by = {c.name: c for c in plan.curves}
     c = by["curve:production:normalized_shape:bfloat16:base"]
     assert (c.profile, c.axis, c.dtype, c.variant) == ("production", "normalized_shape", "bfloat16", "base")
-    assert c.fixed_dims == {} and c.batch == () and c.args == {"eps": 1e-6} and c.present == ()
+    assert c.fixed_dims == {} and c.batch == (4096,) and c.args == {"eps": 1e-6} and c.present == ()
     cases = {p.case.case_id: p.case for p in plan.cases}
     xs = [cases[i].dims["normalized_shape"] for i in c.case_ids]
     assert xs == sorted(xs) and len(xs) == 34
-    assert all(cases[i].dtype == "bfloat16" and cases[i].batch == () for i in c.case_ids)
-    b = by["curve:production:...:float32:base"]
+    assert all(cases[i].dtype == "bfloat16" and cases[i].batch == (4096,) for i in c.case_ids)
+    b = by["curve:production:...:bfloat16:base"]
     assert b.fixed_dims == {"normalized_shape": 4096}
-    assert [cases[i].batch for i in b.case_ids] == [(), (1,), (2,), (4,), (8,), (16,), (32,), (64,)]
+    rows = [cases[i].batch for i in b.case_ids]
+    assert rows[0] == () and rows[-1] == (65536,)  # training's batch x sequence tokens, to 64K
+    assert {(2 ** k,) for k in range(17)} <= set(rows)
+    assert [cases[i].batch[0] for i in by["curve:long:...:bfloat16:base"].case_ids][-1] == 1024 * 1024
     assert by["curve:production:normalized_shape:float16:arg-eps-1e-05"].args == {"eps": 1e-5}
     series = {p.series for p in plan.cases}
     assert series <= {"coverage"} | set(names)
+
+
+def test_the_fit_rule_counts_the_declared_workspace():
+    # attn at seq 16384 on a CPU budget: inputs of a few MB, but the reference's scores are 8 GiB per head
+    from popcorn.bench.fill import CPU_BUDGET_BYTES
+
+    case = P.build(OPS["attn"], {"batch": 1, "q_heads": 8, "kv_heads": 8, "seq": 16384, "head_dim": 64},
+                   "float32", {"causal": True, "scale": None}, ())
+    assert P.estimated_bytes(OPS["attn"], case) * P.copies("float32", True) < CPU_BUDGET_BYTES
+    assert not P.fits(OPS["attn"], case, True, CPU_BUDGET_BYTES)
+    plan = P.case_plan(OPS["attn"], CPU_BUDGET_BYTES)
+    assert plan.cases and all(P.fits(OPS["attn"], p.case, p.grad, CPU_BUDGET_BYTES) for p in plan.cases)
+    assert max(p.case.dims["seq"] for p in plan.cases) < 16384
+
+
+def test_curves_only_keeps_every_curve_point_and_nothing_else(plans):
+    plan = plans("softmax")
+    curves = P.curves_only(plan)
+    ids = {i for c in plan.curves for i in c.case_ids}
+    assert {p.case.case_id for p in curves.cases} == ids and len(curves.cases) < len(plan.cases)
+
+
+def test_static_gates_and_forward_only_are_known_at_plan_time(plans):
+    from popcorn.bench.plan_view import summarize
+
+    attn = OPS["attn"]
+    plan = plans("attn")
+    fp32 = next(p for p in plan.cases if p.case.dtype == "float32")
+    assert P.gated(attn, attn["sdpa:cudnn"], fp32) == "gate"  # cuDNN attention is gated to fp16/bf16
+    assert P.gated(attn, attn["sdpa:flash"], fp32) is None  # predicates need tensors: decided later
+    summary = summarize(attn, BIG)
+    assert summary.gated["sdpa:cudnn"] == sum(1 for p in plan.cases if p.case.dtype == "float32")
+    assert summary.gated["torch"] == 0
 
 
 def test_attn_curves(plans):

@@ -39,3 +39,28 @@ def test_wrong_shape_names_dim():
         embedding(torch.zeros(2, 3, dtype=torch.long), torch.randn(5, 4))
     with pytest.raises(DispatchError, match="indices"):
         embedding(torch.zeros(3), torch.randn(5, 4))  # float indices are rejected
+
+
+def test_negative_indices_raise_like_torch():
+    weight = torch.randn(5, 3)
+    with pytest.raises(IndexError):
+        F.embedding(torch.tensor([1, -1]), weight)
+    with pytest.raises(IndexError):
+        embedding.reference(torch.tensor([1, -1]), weight)
+    with pytest.raises(IndexError):
+        embedding.reference(torch.tensor([5]), weight)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_the_cuda_path_adds_no_host_device_sync():
+    # torch's sync debug mode raises on any synchronizing call: the index check stays on the device
+    weight = torch.randn(64, 16, device="cuda")
+    indices = torch.randint(0, 64, (128,), device="cuda")
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        out = embedding.reference(indices, weight)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert torch.equal(out, weight[indices])

@@ -1,3 +1,5 @@
+import math
+
 import pytest
 import torch
 
@@ -65,3 +67,26 @@ def test_half_inputs_give_fp32_loss():
 def test_wrong_shape_names_dim():
     with pytest.raises(DispatchError, match="vocab"):
         kl_div(torch.randn(4, 7), torch.randn(4, 8))
+
+
+# -- masked vocabularies: entries with target probability 0 contribute 0 and no gradient ----------
+
+@pytest.mark.parametrize("log_target", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+def test_masked_vocabulary_is_finite_and_matches_fp64(log_target, dtype):
+    g = torch.Generator().manual_seed(0)
+    x = torch.log_softmax(torch.randn(5, 10, generator=g, dtype=torch.float64), -1)
+    log_p = torch.log_softmax(torch.randn(5, 10, generator=g, dtype=torch.float64), -1)
+    x[:, :2] = float("-inf")  # masked in both
+    log_p[:, :3] = float("-inf")  # the target masks one entry more
+    want = sum(math.exp(lp) * (lp - lx) for xr, pr in zip(x.tolist(), log_p.tolist())
+               for lx, lp in zip(xr, pr) if lp > float("-inf")) / 5
+    target = log_p if log_target else log_p.exp()
+    xi, ti = x.to(dtype).requires_grad_(), target.to(dtype).requires_grad_()
+    got = kl_div.reference(xi, ti, "batchmean", log_target)
+    got.backward()
+    assert got.item() == pytest.approx(want, rel=2e-2 if dtype == torch.bfloat16 else 1e-6)
+    assert torch.isfinite(xi.grad).all() and torch.isfinite(ti.grad).all()
+    assert (xi.grad[:, :3] == 0).all()
+    pointwise = kl_div.reference(xi, ti, "none", log_target)
+    assert not pointwise.isnan().any() and (pointwise[:, :3] == 0).all()
