@@ -47,3 +47,7 @@ def toy_oom(x, alpha):
     if x.shape[-1] >= int(os.environ.get("TOY_OOM_FROM", "64")):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1 TiB")
     return x * alpha
+
+
+# admits alpha=3.0 only: every planned case (alpha=2.0) is gated at plan time
+toy_scale.register("toy:gated", lambda x, alpha: x * alpha, gates={"alpha": (3.0,)})

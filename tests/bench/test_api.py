@@ -99,3 +99,15 @@ def test_mixed_dtypes_cannot_be_benchmarked():
     from popcorn.core import DispatchError
     with pytest.raises(DispatchError, match="one float dtype"):
         rms_norm.benchmark(torch.randn(4, 8, dtype=torch.bfloat16), torch.randn(8))
+
+
+def test_bench_mode_runs_a_mixed_precision_call_and_says_once_why_it_is_not_measured(caplog, monkeypatch):
+    x, w = torch.randn(4, 16, dtype=torch.bfloat16), torch.randn(16)
+    with caplog.at_level(logging.WARNING, logger="popcorn.bench"):
+        y = rms_norm(x, w, bench=True)
+        monkeypatch.setenv("POPCORN_BENCH", "1")
+        rms_norm(x, w)
+    torch.testing.assert_close(y, rms_norm.reference(x, w))
+    said = [r.getMessage() for r in caplog.records if "does not measure" in r.getMessage()]
+    assert len(said) == 1 and "mix dtypes (bfloat16, float32)" in said[0]
+    assert store.read("rms_norm") == []

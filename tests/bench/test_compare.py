@@ -185,3 +185,12 @@ def test_registration_declares_output_dtypes_by_dtype_or_parameter():
     assert toy_dtype["quack"].expected_dtypes({"x": x}) == {0: torch.bfloat16}
     with pytest.raises(ValueError, match="out_dtypes"):
         toy_dtype.register("liger", lambda x: x.sum(), out_dtypes={0: "y"})
+
+
+def test_host_allocation_failures_are_oom():
+    from popcorn.bench.compare import is_oom
+
+    cpu = RuntimeError("[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: can't allocate memory: "
+                       "you tried to allocate 25769803776 bytes. Error code 12 (Cannot allocate memory)")
+    assert is_oom(cpu) and is_oom(MemoryError()) and is_oom(torch.OutOfMemoryError("CUDA out of memory"))
+    assert not is_oom(RuntimeError("shape mismatch"))

@@ -172,3 +172,28 @@ def test_a_memoized_call_that_raises_runs_once_and_propagates():
     with pytest.raises(KeyError, match="from the kernel"):
         picky(x)
     assert len(calls) == 2  # not rerun through the slow path
+
+
+def test_asking_for_a_library_without_an_adapter_says_so_instead_of_an_install_hint():
+    from popcorn.kernels import rms_norm
+
+    with pytest.raises(DispatchError) as e:
+        rms_norm(torch.randn(2, 8), torch.randn(8), backend="liger")
+    assert "no liger adapter for rms_norm" in str(e.value) and "pip install" not in str(e.value)
+    with pytest.raises(DispatchError, match="no backend 'nonsense'; registered: torch, compile"):
+        rms_norm(torch.randn(2, 8), torch.randn(8), backend="nonsense")
+
+
+def test_batch_names_a_vocabulary_entry_of_an_op_with_a_leading_batch():
+    with pytest.raises(ValueError, match="batch="):
+        make_op(batch="tokens")
+
+    def plain(x: Float["n"]) -> Float["n"]:
+        """Plain.
+
+        $$y = x$$
+        """
+        return x
+    with pytest.raises(ValueError, match="batch="):
+        register_kernel(plain, batch="token_rows", compile=False)
+    assert make_op(batch="token_rows").batch == "token_rows"
