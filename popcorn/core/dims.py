@@ -63,8 +63,8 @@ DIMS: dict[str, Dim] = _dims(
     Dim("...", (0, 1, 2, 4, 8, 16, 32, 64), 0, 1),
     # '...' of a row-wise op (register_kernel(batch="token_rows")): the batch x sequence token rows it is
     # called on in training; edge sizes (no batch, one row, tails) stay in the covering array.
-    Dim("token_rows", (0, 1, 2, 3, 4, 8, 16, 17, 32, 64, 128, 256, 512, 1024, 1447, 2048, 4096, 8 * _K, 16 * _K, 32 * _K, 64 * _K,
-                 128 * _K, 256 * _K, 512 * _K, 1024 * _K), 4096, temporal=True, cap=64 * _K,
+    Dim("token_rows", (0, 1, 2, 3, 4, 8, 16, 17, 32, 64, 128, 256, 512, 1024, 1447, 2048, 4096, 8 * _K, 16 * _K,
+                       32 * _K, 64 * _K, 128 * _K, 256 * _K, 512 * _K, 1024 * _K), 4096, temporal=True, cap=64 * _K,
         coverage=(0, 1, 3, 17, 64, 1447, 4096, 64 * _K)),
 )
 # Vocabulary entries a leading '...' can stand for (register_kernel(batch=...)).
