@@ -80,8 +80,7 @@ def _merge(args) -> int:
         return 2
     bad: list = []
     rows = [r for f in files for r in store.read_file(f, bad)]
-    for path, line, why in bad:
-        print(f"skipped {path}:{line}: not a popcorn record ({why})", file=sys.stderr)
+    _report_skipped(bad)
     target = ReportStore()
     metrics = target.merge(rows)
     print(f"merged {len(rows)} rows from {len(files)} file(s) into {target.uri}: "
@@ -107,8 +106,7 @@ def _check(args) -> int:
             return 2
         bad: list = []
         rows = store.merge(rows, [r for f in files for r in store.read_file(f, bad)])
-        for path, line, why in bad:
-            print(f"skipped {path}:{line}: not a popcorn record ({why})", file=sys.stderr)
+        _report_skipped(bad)
         print(f"auditing the store with {len(files)} included file(s) folded in")
     return run_check(rows, OPS, release=args.release)
 
@@ -157,9 +155,16 @@ def _view(args) -> int:
         table = load()
         parquet = table.source.replace("dispatch-v", "report-v").replace(".json", ".parquet")
         rows = from_arrow(pq.read_table(parquet)) if table.store_version is not None else []
+    bad: list = []
     if args.user:
-        rows = store.merge(rows, [r for op in OPS for r in store.read(op)])
-    return run_view(rows, OPS)
+        rows = store.merge(rows, [r for op in OPS for r in store.read(op, bad=bad)])
+    _report_skipped(bad)
+    return run_view(rows, OPS) or (1 if bad else 0)
+
+
+def _report_skipped(bad: list) -> None:
+    for path, line, why in bad:
+        print(f"skipped {path}:{line} ({why})", file=sys.stderr)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -237,7 +242,13 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "run", None):
         parser.print_help()
         return 0
-    return args.run(args)
+    from popcorn.bench.damage import StoreDamaged  # stdlib only: cheap
+
+    try:
+        return args.run(args)
+    except StoreDamaged as e:
+        print(f"popcorn: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -12,11 +12,13 @@ Location: ``$POPCORN_STORE`` (a path or an object-store URI deltalake supports),
 
 from __future__ import annotations
 
+import fcntl
 import os
 import random
 import time
 from pathlib import Path
 
+from . import damage
 from .record import CONCLUSIVE, Record, SENTINEL_REASON, arrow_schema, from_arrow, to_arrow
 from .store import merge as merge_rows
 
@@ -44,17 +46,24 @@ class ReportStore:
         self.uri = uri or location()
 
     def exists(self) -> bool:
+        """Whether a store is there, damaged or not (a damaged one must never be created over)."""
+        root = damage.local_path(self.uri)
+        if root is not None:
+            return (root / "_delta_log").is_dir() or bool(damage.log_problems(root))
         from deltalake import DeltaTable
 
         return DeltaTable.is_deltatable(self.uri)
 
     def table(self, version: int | None = None):
+        """The table at ``version`` (latest when None), after checking the store is whole (StoreDamaged)."""
         from deltalake import DeltaTable
 
         if not self.exists():
             raise FileNotFoundError(f"no report store at {self.uri}; create one with `popcorn bench merge FILES...` "
                                     "(or point POPCORN_STORE at an existing one)")
-        return DeltaTable(self.uri, version=version)
+        latest = []
+        damage.check(self.uri, lambda: latest.append(DeltaTable(self.uri)) or latest[0])
+        return latest[0] if version is None else DeltaTable(self.uri, version=version)
 
     @property
     def version(self) -> int | None:
@@ -69,8 +78,14 @@ class ReportStore:
         filters run after casting string_view back to string, so they work after merges."""
         if not self.exists():
             return []
-        dt = self.table(version)
-        table = dt.to_pyarrow_table(filters=[("op", "=", op)] if op else None)
+        import pyarrow as pa
+        from deltalake import QueryBuilder
+
+        # Through DataFusion, not DeltaTable.to_pyarrow_table: that path runs the table's storage
+        # handler on pyarrow's I/O threads, and about one process in six then aborts at exit
+        # ("terminate called without an active exception", exit 134) after correct output.
+        sql = "SELECT * FROM report" + (" WHERE op = '{}'".format(op.replace("'", "''")) if op else "")
+        table = pa.table(QueryBuilder().register("report", self.table(version)).execute(sql).read_all())
         table = table.select(arrow_schema().names).cast(arrow_schema())
         if equals:
             import pyarrow.compute as pc
@@ -96,8 +111,7 @@ class ReportStore:
         batch = to_arrow(rows)
         for attempt in range(retries + 1):
             try:
-                if not self.exists():
-                    write_deltalake(self.uri, batch, partition_by=["op"], mode="append")
+                if not self.exists() and self._create(batch):
                     return {"num_source_rows": len(rows), "num_target_rows_inserted": len(rows),
                             "version": self.version}
                 metrics = (self.table().merge(source=batch, predicate=_MATCH, source_alias="s", target_alias="t")
@@ -109,6 +123,29 @@ class ReportStore:
                     raise
                 time.sleep(random.uniform(0.05, 0.2) * (attempt + 1))
         raise AssertionError("unreachable")
+
+    def _create(self, batch) -> bool:
+        """Create the table from ``batch``; False when another writer created it first (merge instead).
+
+        Two writers creating one table at once would both append version 0's rows (every key twice):
+        local stores serialize creation on a lock file beside the table, and mode="error" makes a
+        creation that still races (object stores) fail as a conflict rather than append."""
+        from deltalake import write_deltalake
+
+        root = damage.local_path(self.uri)
+        if root is None:
+            write_deltalake(self.uri, batch, partition_by=["op"], mode="error")
+            return True
+        root.parent.mkdir(parents=True, exist_ok=True)
+        with open(root.parent / f".{root.name}.create.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                if self.exists():
+                    return False
+                write_deltalake(self.uri, batch, partition_by=["op"], mode="error")
+                return True
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
 
     def scrub_incomplete(self) -> int:
         """Delete rows scheduled but never measured (the sentinel reason); returns how many."""

@@ -34,6 +34,7 @@ REFERENCE_TIMEOUT = 60.0  # a reference that needs longer than this is an OOM-cl
 GROWTH_S_PER_GIB = 30.0  # watchdog seconds added per GiB a case's correctness run holds
 CPU_BUDGET_BYTES = 2 * 2**30  # the plan's "device memory" on CPU: keeps a CPU fill to minutes
 WRITE_EVERY_S = 5.0
+IDLE_DEATHS = 3  # a worker that dies between cases is replaced; this many in a row ends the fill
 
 
 def device_bytes(device: torch.device) -> int:
@@ -92,16 +93,15 @@ class Worker:
             raise TimeoutError
         return self.conn.recv()
 
-    def death_row(self) -> Record:
-        """The crash row for the case named by the dead worker's sentinel."""
+    def death_row(self) -> Record | None:
+        """The crash row for the case named by the dead worker's sentinel; None when it died between
+        cases (killed while idle): that costs no row, only a fresh worker."""
         self.proc.join(5)
         code = self.proc.exitcode
         how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
         task = json.loads(self.sentinel.read_text()) if self.sentinel.exists() else None
         self.kill()
-        if task is None:
-            raise RuntimeError(f"the fill worker died ({how}) outside any case")
-        return crash_row(task, f"worker died ({how}) during the case")
+        return None if task is None else crash_row(task, f"worker died ({how}) during the case")
 
     def kill(self) -> None:
         if self.proc.is_alive():
@@ -224,9 +224,12 @@ def fill(ops: list[Op], *, backends: list[str] | None = None, limit: int | None 
                 the_plan = planning.sample(the_plan, limit)
             cached: dict[tuple, Record] = {}
             if not force:
-                for r in store.read(op.name):
+                bad: list = []
+                for r in store.read(op.name, bad=bad):
                     if usable(r, op, dname) and r.status in REUSABLE and (r.status != "pass" or r.benchmarked):
                         cached[(r.impl, r.case_id, r.grad)] = r
+                for path, line, why in bad:
+                    print(f"skipped {path}:{line} ({why})", file=out)
             frontiers = {name: planning.Frontier() for name in impls}
             for (impl, _, grad), r in cached.items():
                 if r.status in (OOM, TIMEOUT) and impl in frontiers:
@@ -254,27 +257,36 @@ def fill(ops: list[Op], *, backends: list[str] | None = None, limit: int | None 
                             frontiers[impl].blocks(p.case, p.grad, p.stratum):
                         summary.add(op.name, impl, "pruned")
                         continue
-                    if worker is None:
-                        worker = Worker(dev, sentinel_dir)
                     task = {"op": op.name, "module": op.reference.__module__, "impl": impl,
                             "config": p.case.config(), "grad": p.grad, "trials": trials, "device": str(dev)}
                     budget_s = watchdog(op, impl, p, timeout)
-                    try:
-                        row_dict, ok = worker.run(task, budget_s)
-                        if "error" in row_dict:
-                            row = _row_from(op, impl, p.case, p.grad, "error", f"worker: {row_dict['error']}", dev)
-                        else:
-                            row = Record.from_dict(row_dict)
-                        if not ok:  # the case left the CUDA context unusable: start afresh
+                    row = None
+                    for _ in range(IDLE_DEATHS):
+                        if worker is None:
+                            worker = Worker(dev, sentinel_dir)
+                        try:
+                            row_dict, ok = worker.run(task, budget_s)
+                            if "error" in row_dict:
+                                row = _row_from(op, impl, p.case, p.grad, "error", f"worker: {row_dict['error']}",
+                                                dev)
+                            else:
+                                row = Record.from_dict(row_dict)
+                            if not ok:  # the case left the CUDA context unusable: start afresh
+                                worker.kill()
+                                worker = None
+                        except TimeoutError:
                             worker.kill()
                             worker = None
-                    except TimeoutError:
-                        worker.kill()
-                        worker = None
-                        row = _row_from(op, impl, p.case, p.grad, TIMEOUT, f"no result within {budget_s:.0f} s", dev)
-                    except (EOFError, ConnectionError, OSError):
-                        row = worker.death_row()
-                        worker = None
+                            row = _row_from(op, impl, p.case, p.grad, TIMEOUT, f"no result within {budget_s:.0f} s",
+                                            dev)
+                        except (EOFError, ConnectionError, OSError):
+                            row = worker.death_row()  # None: it died before taking the task; run it afresh
+                            worker = None
+                        if row is not None:
+                            break
+                    if row is None:
+                        raise RuntimeError(f"the fill worker died {IDLE_DEATHS} times before taking a task "
+                                           f"({op.name} {impl} {p.case.label}); is something killing it?")
                     if impl == REFERENCE:
                         ref_row = row
                     elif ref_row is not None:

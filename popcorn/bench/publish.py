@@ -9,6 +9,7 @@ names the version the runtime loads. The default directory is the bundled ``popc
 
 from __future__ import annotations
 
+import fcntl
 import io
 import json
 import os
@@ -55,14 +56,38 @@ def dispatch_table(rows: list[Record], ops: dict, store_version: int, uri: str) 
     return table
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
+def _atomic_write(path: Path, data: bytes, exclusive: bool = False) -> None:
+    """Write ``path`` whole or not at all. ``exclusive``: only if it does not exist yet (os.link never
+    replaces), so of two writers exactly one succeeds; the other gets FileExistsError."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.chmod(tmp, 0o644)  # mkstemp makes 0600; a published report is for every reader
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; a published report is for every reader
+        if exclusive:
+            os.link(tmp, path)
+        else:
+            os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _point_current(out: Path, version: int) -> bool:
+    """Make CURRENT name ``version`` unless a newer version was published meanwhile (under a lock);
+    True when it does."""
+    with open(out / ".CURRENT.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            now = (out / "CURRENT").read_text().strip() if (out / "CURRENT").exists() else ""
+            if now.isdigit() and int(now) > version:
+                return False
+            _atomic_write(out / "CURRENT", f"{version}\n".encode())
+            return True
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def publish(store: ReportStore, ops: dict, out: Path = BUNDLED, *, force: bool = False,
@@ -84,19 +109,27 @@ def publish(store: ReportStore, ops: dict, out: Path = BUNDLED, *, force: bool =
     rows = current_rows(records, ops)
     out.mkdir(parents=True, exist_ok=True)
     parquet, table_path = out / f"report-v{version}.parquet", out / f"dispatch-v{version}.json"
-    if table_path.exists():
+    if table_path.exists() or parquet.exists():
         raise PublishRefused(f"{table_path} exists: published reports are immutable; merge new rows "
                              "(a new store version) and publish that")
     arrow = to_arrow(rows).replace_schema_metadata({"popcorn_store_version": str(version), "popcorn_store": store.uri})
     buf = io.BytesIO()
     pq.write_table(arrow, buf, compression="zstd")
-    _atomic_write(parquet, buf.getvalue())
-    _atomic_write(table_path, json.dumps(dispatch_table(rows, ops, version, store.uri), sort_keys=True).encode())
-    _atomic_write(out / "CURRENT", f"{version}\n".encode())
+    # The snapshot's file is the claim on the version: created exclusively, so of two publishers of one
+    # version exactly one goes on; the other is told which version it can publish instead.
+    try:
+        _atomic_write(parquet, buf.getvalue(), exclusive=True)
+    except FileExistsError:
+        raise PublishRefused(f"store version {version} is being published or was published by another publisher "
+                             f"({parquet} exists); published reports are immutable: merge new rows and publish the "
+                             f"next store version ({version + 1} or later)") from None
+    _atomic_write(table_path, json.dumps(dispatch_table(rows, ops, version, store.uri), sort_keys=True).encode(),
+                  exclusive=True)
+    pointed = _point_current(out, version)
     from popcorn.dispatch import forget
 
     forget()  # calls in this process decide again on the new report
     if log:
-        print(f"published store version {version}: {len(rows)} current rows of {len(records)} -> {table_path}",
-              file=log)
+        print(f"published store version {version}: {len(rows)} current rows of {len(records)} -> {table_path}"
+              + ("" if pointed else "; CURRENT keeps naming a newer published version"), file=log)
     return table_path

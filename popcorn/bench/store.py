@@ -10,14 +10,20 @@ reports are never written here.
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
+import shutil
 import tempfile
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from popcorn.core.jsonl import json_lines
 from popcorn.core.paths import cache_dir
 
 from .record import Record, prefer
+
+log = logging.getLogger("popcorn.bench")
 
 
 def path_for(op: str, root: Path | None = None) -> Path:
@@ -35,33 +41,47 @@ def _locked(path: Path):
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def read(op: str, root: Path | None = None) -> list[Record]:
-    """Every record cached for ``op`` (empty when none). A corrupt line raises, naming file and line."""
+def read(op: str, root: Path | None = None, bad: list | None = None) -> list[Record]:
+    """Every record cached for ``op`` (empty when none); unreadable lines as in :func:`read_file`."""
     path = path_for(op, root)
     if not path.exists():
         return []
-    return read_file(path)
+    return read_file(path, bad)
+
+
+class CorruptLine(ValueError):
+    """A line of a record file that is no record; says which and how to go on."""
 
 
 def read_file(path: Path, bad: list | None = None) -> list[Record]:
-    """Records of one JSONL file. A corrupt line raises, naming file and line, unless ``bad`` is a
+    """Records of one JSONL file (or a published Parquet snapshot). An unreadable line (bad bytes, bad
+    JSON, a record of another schema) raises CorruptLine naming file and line, unless ``bad`` is a
     list: then ``(path, line number, why)`` is appended to it and the line is skipped."""
+    path = Path(path)
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        from .record import from_arrow
+
+        return from_arrow(pq.read_table(path))
     rows = []
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    rows.append(Record.from_json(line))
-                except (ValueError, TypeError) as e:
-                    if bad is None:
-                        raise ValueError(f"{path}:{n}: not a popcorn record ({e}); "
-                                         "move the file aside to rebuild it") from e
-                    bad.append((str(path), n, str(e)[:200]))
+    for n, obj, why in json_lines(path):
+        if obj is not None:
+            try:
+                rows.append(Record.from_dict(obj))
+                continue
+            except (ValueError, TypeError) as e:
+                why = f"not a popcorn record: {e}"
+        if bad is None:
+            raise CorruptLine(f"{path}:{n}: {why[:200]}; `popcorn bench merge` skips such lines, "
+                              "or move the file aside to rebuild it")
+        bad.append((str(path), n, why[:200]))
     return rows
 
 
 def jsonl_files(paths: list) -> list[Path]:
-    """JSONL files named directly or found (recursively) under named directories, sorted."""
+    """Record files named directly (JSONL or a published Parquet snapshot) or the JSONL files found
+    (recursively) under named directories, sorted."""
     files = []
     for p in map(Path, paths):
         if p.is_dir():
@@ -91,7 +111,13 @@ def write(records: list[Record], root: Path | None = None) -> None:
     for op, rows in by_op.items():
         path = path_for(op, root)
         with _locked(path):
-            merged = merge(read_file(path) if path.exists() else [], rows)
+            bad: list = []
+            merged = merge(read_file(path, bad) if path.exists() else [], rows)
+            if bad:  # the rewrite would drop them: keep the damaged file whole beside the cache
+                kept = path.with_name(f"{path.name}.damaged-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}")
+                shutil.copyfile(path, kept)
+                log.warning("%s: %d unreadable line(s) (first: line %d, %s); the file was kept as %s and the "
+                            "rest rewritten", path, len(bad), bad[0][1], bad[0][2], kept)
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{op}.", suffix=".tmp")
             try:
                 with os.fdopen(fd, "w") as f:

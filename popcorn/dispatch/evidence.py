@@ -8,7 +8,9 @@ when newer; rows measured against other code (fingerprints) are dropped here.
 from __future__ import annotations
 
 import json
+import warnings
 
+from popcorn.core.jsonl import json_lines
 from popcorn.core.paths import cache_dir
 
 from .table import load
@@ -16,6 +18,7 @@ from .table import load
 _TABLE = None
 _ROWS: dict[str, tuple] = {}  # op -> (user cache mtime, rows)
 _KEY = ("impl", "device", "torch", "backend_version", "case_id", "grad")
+_WARNED: set[tuple[str, int]] = set()  # (file, line) already reported
 
 
 def table():
@@ -39,20 +42,34 @@ def _normalize(row: dict) -> dict:
 
 
 def read_rows(op, path) -> list[dict]:
-    """The rows of a record file (JSON lines) measured against the current code of ``op``, normalized."""
+    """The rows of a record file (JSON lines) measured against the current code of ``op``, normalized.
+
+    Dispatch never fails because of evidence: a line that cannot be read (bad bytes, bad JSON, a
+    record of another schema) is skipped with one warning naming the file and line."""
     rows = []
-    with open(path) as f:
-        for line in f:
-            if not line.strip():
-                continue
+    try:
+        lines = list(json_lines(path))
+    except OSError as e:
+        _warn_once(path, 0, f"unreadable ({e})")
+        return rows
+    for n, r, why in lines:
+        if r is None:
+            _warn_once(path, n, why)
+            continue
+        impl = op.implementations.get(r.get("impl"))
+        if impl is not None and r.get("ref_hash") == op.ref_hash and r.get("impl_hash") == impl.impl_hash:
             try:
-                r = json.loads(line)
-            except ValueError:
-                continue  # a torn or foreign line is not evidence; `popcorn bench merge` reports it
-            impl = op.implementations.get(r.get("impl"))
-            if impl is not None and r.get("ref_hash") == op.ref_hash and r.get("impl_hash") == impl.impl_hash:
                 rows.append(_normalize(r))
+            except (KeyError, TypeError, ValueError, AttributeError) as e:
+                _warn_once(path, n, f"not a popcorn record ({type(e).__name__}: {e})")
     return rows
+
+
+def _warn_once(path, line: int, why: str) -> None:
+    if (str(path), line) not in _WARNED:
+        _WARNED.add((str(path), line))
+        warnings.warn(f"popcorn: skipped {path}:{line} of the user cache, {why}; dispatch runs without it "
+                      "(`popcorn bench merge` names every such line)", RuntimeWarning, stacklevel=2)
 
 
 def rows_for(op) -> list[dict]:

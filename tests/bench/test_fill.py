@@ -88,3 +88,36 @@ def test_cli_rejects_unknown_ops():
     out = subprocess.run([sys.executable, "-m", "popcorn.cli", "bench", "fill", "nope"], capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 2 and "unknown op(s): nope" in out.stderr
+
+
+class KillWorkerWhileIdle:
+    """A progress stream that SIGKILLs the fill's worker when the Nth pair has been reported: the
+    supervisor writes progress between cases, so the worker is idle then, holding no task."""
+
+    def __init__(self, at: int):
+        self.at, self.pairs, self.killed = at, 0, []
+
+    def write(self, text: str) -> int:
+        import multiprocessing as mp
+        import signal
+
+        if text.startswith("\r"):
+            self.pairs += 1
+            if self.pairs == self.at:
+                for child in mp.active_children():
+                    os.kill(child.pid, signal.SIGKILL)
+                    child.join(10)
+                    self.killed.append(child.pid)
+        return len(text)
+
+    def flush(self):
+        pass
+
+
+def test_a_worker_killed_between_cases_costs_no_row_and_the_fill_goes_on():
+    stream = KillWorkerWhileIdle(at=4)
+    summary = run(["toy:good"], out=stream)
+    assert stream.killed  # the worker really died
+    good = rows("toy:good")
+    assert len(good) == len(rows("torch")) > 10 and all(r.status == "pass" for r in good)
+    assert "crash" not in summary.counts[("toy_scale", "toy:good")]
