@@ -75,6 +75,12 @@ def _atomic_write(path: Path, data: bytes, exclusive: bool = False) -> None:
             os.unlink(tmp)
 
 
+def _taken(version: int, parquet: Path) -> str:
+    return (f"store version {version} is published, or being published by another publisher ({parquet} exists); "
+            f"published reports are immutable: merge new rows and publish the next store version "
+            f"({version + 1} or later)")
+
+
 def _point_current(out: Path, version: int) -> bool:
     """Make CURRENT name ``version`` unless a newer version was published meanwhile (under a lock);
     True when it does."""
@@ -110,8 +116,7 @@ def publish(store: ReportStore, ops: dict, out: Path = BUNDLED, *, force: bool =
     out.mkdir(parents=True, exist_ok=True)
     parquet, table_path = out / f"report-v{version}.parquet", out / f"dispatch-v{version}.json"
     if table_path.exists() or parquet.exists():
-        raise PublishRefused(f"{table_path} exists: published reports are immutable; merge new rows "
-                             "(a new store version) and publish that")
+        raise PublishRefused(_taken(version, parquet))
     arrow = to_arrow(rows).replace_schema_metadata({"popcorn_store_version": str(version), "popcorn_store": store.uri})
     buf = io.BytesIO()
     pq.write_table(arrow, buf, compression="zstd")
@@ -120,9 +125,7 @@ def publish(store: ReportStore, ops: dict, out: Path = BUNDLED, *, force: bool =
     try:
         _atomic_write(parquet, buf.getvalue(), exclusive=True)
     except FileExistsError:
-        raise PublishRefused(f"store version {version} is being published or was published by another publisher "
-                             f"({parquet} exists); published reports are immutable: merge new rows and publish the "
-                             f"next store version ({version + 1} or later)") from None
+        raise PublishRefused(_taken(version, parquet)) from None
     _atomic_write(table_path, json.dumps(dispatch_table(rows, ops, version, store.uri), sort_keys=True).encode(),
                   exclusive=True)
     pointed = _point_current(out, version)
