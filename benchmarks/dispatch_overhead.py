@@ -61,6 +61,25 @@ def cuda_rows(backend: str) -> None:
     print(f"rms_norm 8x4096 bf16 cuda | {backend} | {direct:.2f} | {wrapped:.2f} | {over:.2f}")
 
 
+def compiled_rows(rms_norm, softmax) -> None:
+    """A compiled model calling popcorn against the same model calling the chosen implementation.
+
+    popcorn's call is one opaque custom op whose implementation reads the eager memo (no decision per
+    call); the direct model has the implementation traced in. Both are compiled the same way."""
+    print("compiled model | backend | direct us | popcorn us | overhead us")
+    x, w = torch.randn(8, 256), torch.randn(256)
+    for label, op, args in (("rms_norm 8x256 * 2", rms_norm, (x, w)), ("softmax 8x256 * 2", softmax, (x,))):
+        op(*args)
+        chosen = op._memo[op._key(*args)]
+        for backend in ("aot_eager", "inductor"):
+            torch._dynamo.reset()
+            direct = torch.compile(lambda *a: chosen(*a) * 2, backend=backend, fullgraph=True)
+            wrapped = torch.compile(lambda *a: op(*a) * 2, backend=backend, fullgraph=True)
+            direct(*args), wrapped(*args)
+            d, p, over = overhead_us(lambda: direct(*args), lambda: wrapped(*args))
+            print(f"{label} | {backend} | {d:.2f} | {p:.2f} | {over:.2f}")
+
+
 def main() -> None:
     import argparse
 
@@ -103,6 +122,8 @@ def main() -> None:
                                   lambda: (op._key(*args, **kwargs), chosen(*args, **kwargs)))
         name = next(n for n, i in op.implementations.items() if i.fn is chosen)
         print(f"{label} | {name} | {direct:.2f} | {wrapped:.2f} | {over:.2f} | {floor:.2f}")
+
+    compiled_rows(rms_norm, softmax)
 
     code = ("import time, torch; t = time.perf_counter(); import popcorn; from popcorn.kernels import rms_norm; "
             "rms_norm(torch.randn(8, 256), torch.randn(256)); dt = time.perf_counter() - t; import sys; "

@@ -1,4 +1,4 @@
-"""torch.library integration: each single-output op is also ``torch.ops.popcorn.<name>``.
+"""torch.library integration: each op is also ``torch.ops.popcorn.<name>``.
 
 Under torch.compile an Op call becomes one opaque custom op: its fake (meta) implementation is
 the reference, so tracing never breaks the graph, and at run time it dispatches like an eager
@@ -8,6 +8,7 @@ that (one extra forward), so gradients come from whichever backend was chosen.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import typing
 
@@ -43,47 +44,115 @@ def _default(value) -> str:
     return repr(value)
 
 
-def schema(op) -> str:
+_AUTOGRAD_KEYS = [k for k in torch._C.DispatchKey.__members__.values() if k.name.startswith("Autograd")]
+
+
+@contextlib.contextmanager
+def _autograd_on():
+    """Autograd inside a custom op's implementation, which runs below the autograd dispatch keys:
+    the backward op replays the forward there and differentiates it (grad mode alone is not enough)."""
+    exclude = torch._C._dispatch_tls_local_exclude_set()
+    for key in _AUTOGRAD_KEYS:
+        if exclude.has(key):
+            exclude = exclude.remove(key)
+    with torch._C._ForceDispatchKeyGuard(torch._C._dispatch_tls_local_include_set(), exclude), torch.enable_grad():
+        yield
+
+
+def _params(op, *, keyword_marker: bool = True) -> list[str]:
     parts = []
     for p in op.signature.parameters.values():
         t = _schema_type(p, op.specs.get(p.name))
         parts.append(f"{t} {p.name}" + ("" if p.default is inspect.Parameter.empty else f"={_default(p.default)}"))
-    return f"({', '.join(parts)}) -> Tensor"
+    kinds = [p.kind for p in op.signature.parameters.values()]
+    if keyword_marker and inspect.Parameter.KEYWORD_ONLY in kinds:
+        parts.insert(kinds.index(inspect.Parameter.KEYWORD_ONLY), "*")
+    return parts
+
+
+def schema(op) -> str:
+    returns = "Tensor" if len(op.outputs) == 1 else "(" + ", ".join("Tensor" for _ in op.outputs) + ")"
+    return f"({', '.join(_params(op))}) -> {returns}"
+
+
+def backward_schema(op) -> str:
+    """``<op>_backward(grads, *inputs)``: the input gradients, one per floating tensor input passed."""
+    return f"({', '.join(['Tensor?[] grads'] + _params(op, keyword_marker=False))}) -> Tensor[]"
 
 
 def define(op):
-    """Register ``torch.ops.popcorn.<op>`` for a single-output op; returns the custom op."""
-    lib_name = f"popcorn::{op.name}"
+    """Register ``torch.ops.popcorn.<op>`` (one or several tensor outputs) and its backward; returns the op.
 
-    def run(*args):
-        return op._call(args, {}, None, False)
+    Forward and backward are both opaque custom ops, so tracing never enters popcorn's Python
+    dispatch or a reference that reads tensor values; at run time both dispatch like eager calls.
+    """
+    params = list(op.signature.parameters.values())
+    keyword = [p.name for p in params if p.kind is p.KEYWORD_ONLY]
+    n_pos = len(params) - len(keyword)
+    single = len(op.outputs) == 1
 
-    def fake(*args):
-        return op.reference(*args)
+    def call(args: tuple):
+        """The eager hot path's memo first, so a compiled call costs what a decided eager call costs."""
+        pos, kw = args[:n_pos], dict(zip(keyword, args[n_pos:]))
+        try:
+            fn = op._memo[op._key(*pos, **kw)]
+        except (KeyError, TypeError, AttributeError):
+            return op._call(pos, kw, None, False)  # bench mode never runs inside a compiled graph
+        return fn(*pos, **kw)
 
-    custom = torch.library.custom_op(lib_name, run, mutates_args=(), schema=schema(op))
+    def ordered(args, kwargs) -> tuple:
+        return args + tuple(kwargs[k] for k in keyword[len(args) - n_pos:] if k in kwargs)
+
+    def run(*args, **kwargs):
+        out = call(ordered(args, kwargs))
+        return out if single else tuple(out)
+
+    def fake(*args, **kwargs):
+        out = op.fake(*args, **kwargs)
+        return out if single else tuple(out)
+
+    def backward_run(grads, *args):
+        """Replay the forward through dispatch on detached inputs and differentiate that (one extra forward)."""
+        args = [a.detach().requires_grad_(a.is_floating_point()) if isinstance(a, torch.Tensor) else a for a in args]
+        leaves = [a for a in args if isinstance(a, torch.Tensor) and a.is_floating_point()]
+        with _autograd_on():
+            out = call(tuple(args))
+            outs = (out,) if single else tuple(out)
+            pairs = [(o, g) for o, g in zip(outs, grads) if g is not None and o.requires_grad]
+            found = torch.autograd.grad([o for o, _ in pairs], leaves, [g for _, g in pairs], allow_unused=True) \
+                if pairs else [None] * len(leaves)
+        # a custom op's outputs may not alias its inputs or each other (a residual's gradient is often the
+        # incoming gradient itself, shared by two inputs): copy those
+        taken = {g.untyped_storage().data_ptr() for g in grads if g is not None}
+        out = []
+        for g, t in zip(found, leaves):
+            if g is None:
+                g = torch.zeros_like(t)
+            elif g.untyped_storage().data_ptr() in taken:
+                g = g.clone()
+            taken.add(g.untyped_storage().data_ptr())
+            out.append(g)
+        return out
+
+    def backward_fake(grads, *args):
+        return [torch.empty_like(a) for a in args if isinstance(a, torch.Tensor) and a.is_floating_point()]
+
+    custom = torch.library.custom_op(f"popcorn::{op.name}", run, mutates_args=(), schema=schema(op))
     custom.register_fake(fake)
+    grad_op = torch.library.custom_op(f"popcorn::{op.name}_backward", backward_run, mutates_args=(),
+                                      schema=backward_schema(op))
+    grad_op.register_fake(backward_fake)
 
     def setup_context(ctx, inputs, output):
-        ctx.inputs = inputs
-        ctx.save_for_backward(*[t for t in inputs if isinstance(t, torch.Tensor)])
+        ctx.tensor_at = {i for i, v in enumerate(inputs) if isinstance(v, torch.Tensor)}
+        ctx.inputs = [None if i in ctx.tensor_at else v for i, v in enumerate(inputs)]
+        ctx.save_for_backward(*[v for v in inputs if isinstance(v, torch.Tensor)])
 
-    def backward(ctx, grad):
+    def backward(ctx, *grads):
         saved = iter(ctx.saved_tensors)
-        args, leaves = [], []
-        for value in ctx.inputs:
-            if isinstance(value, torch.Tensor):
-                t = next(saved).detach()
-                if t.is_floating_point():
-                    t.requires_grad_(True)
-                    leaves.append(t)
-                args.append(t)
-            else:
-                args.append(value)
-        with torch.enable_grad():
-            out = op._call(tuple(args), {}, None, False)
-            grads = iter(torch.autograd.grad(out, leaves, grad, allow_unused=True))
-        return tuple(next(grads) if isinstance(a, torch.Tensor) and a.is_floating_point() else None for a in args)
+        args = [next(saved) if v is None and i in ctx.tensor_at else v for i, v in enumerate(ctx.inputs)]
+        found = iter(grad_op(list(grads), *args))
+        return tuple(next(found) if isinstance(a, torch.Tensor) and a.is_floating_point() else None for a in args)
 
     custom.register_autograd(backward, setup_context=setup_context)
     return custom

@@ -202,8 +202,10 @@ class Op:
 
     def __init__(self, fn: Callable, *, name: str | None = None, args: dict | None = None,
                  inputs: dict | None = None, tags=(), compile: bool = True, batch: str = "...",
-                 workspace: Callable | None = None):
+                 workspace: Callable | None = None, fake: Callable | None = None):
         self.reference = fn
+        # shapes and dtypes of the outputs for tracing; the reference unless it reads tensor values
+        self.fake = fake or fn
         # what the leading '...' counts (the dims vocabulary entry the plan draws it from)
         self.batch = batch
         # (case) -> elements of the largest intermediate the reference holds beyond its inputs
@@ -373,8 +375,8 @@ class Op:
         return self.implementations[REFERENCE]
 
     def enable_library(self) -> None:
-        """Register ``torch.ops.popcorn.<name>`` (single-output ops) so compiled code calls the op opaquely."""
-        if self.library is None and len(self.outputs) == 1:
+        """Register ``torch.ops.popcorn.<name>`` so compiled code calls the op opaquely."""
+        if self.library is None and self.outputs:
             from .library import define
 
             self.library = define(self)
@@ -406,7 +408,7 @@ def _harness(name: str):
 
 def register_kernel(fn: Callable | None = None, *, name: str | None = None, args: dict | None = None,
                     inputs: dict | None = None, tags=(), compile: bool = True, batch: str = "...",
-                    workspace: Callable | None = None):
+                    workspace: Callable | None = None, fake: Callable | None = None):
     """Turn a pure-PyTorch reference into an :class:`Op`.
 
     ``args`` gives scalar value pools for the case plan (the default always comes first);
@@ -415,9 +417,11 @@ def register_kernel(fn: Callable | None = None, *, name: str | None = None, args
     :data:`popcorn.core.metadata.TAGS`; ``batch="token_rows"`` says a leading ``...`` counts the
     batch x sequence rows of a row-wise op (planned to 64K tokens and past); ``workspace(case)``
     gives the elements of the largest intermediate the reference holds beyond its inputs
-    (attention's scores), so the plan drops cases whose correctness run cannot fit.
+    (attention's scores), so the plan drops cases whose correctness run cannot fit. ``fake``
+    computes the outputs' shapes and dtypes for torch.compile where the reference reads tensor
+    values (varlen's sequence boundaries); it defaults to the reference.
     """
     def wrap(f):
         return Op(f, name=name, args=args, inputs=inputs, tags=tags, compile=compile, batch=batch,
-                  workspace=workspace)
+                  workspace=workspace, fake=fake)
     return wrap(fn) if fn is not None else wrap

@@ -29,7 +29,12 @@ def _scores(case) -> int:
     return case.dims["q_heads"] * total * min(total, max(1, 8 * -(-total // n)))
 
 
-@register_kernel(workspace=_scores, args={"scale": [None, 0.125]}, inputs={"cu_seqlens": _cu_seqlens}, tags=("attention", "varlen"))
+def _like_q(q, k, v, cu_seqlens, causal=True, scale=None):
+    """The output's shape and dtype for tracing: the reference splits by the boundaries' values."""
+    return torch.empty_like(q)
+
+
+@register_kernel(workspace=_scores, fake=_like_q, args={"scale": [None, 0.125]}, inputs={"cu_seqlens": _cu_seqlens}, tags=("attention", "varlen"))
 def attn_varlen(
     q: Float["total q_heads head_dim"],
     k: Float["total kv_heads head_dim"],

@@ -6,11 +6,10 @@ import torch
 from popcorn.kernels import OPS, cross_entropy, rms_norm, softmax
 
 
-def test_every_single_output_op_is_a_custom_op():
+def test_every_op_is_a_custom_op():
     for name, op in OPS.items():
-        if len(op.outputs) == 1:
-            assert op.library is not None and hasattr(torch.ops.popcorn, name), name
-    assert OPS["rope"].library is None  # two outputs: eager dispatch only
+        assert op.library is not None and hasattr(torch.ops.popcorn, name), name
+    assert len(OPS["rope"].outputs) == 2  # multi-output ops too: no Python dispatch under dynamo
 
 
 @pytest.mark.parametrize("case", ["rms_norm", "softmax", "cross_entropy"])
@@ -32,3 +31,62 @@ def test_compiled_fullgraph_matches_eager_with_gradients(case):
     got.sum().backward()
     for a, b in zip(comp_in, eager_in):
         torch.testing.assert_close(a.grad, b.grad)
+
+
+# -- every op compiles whole, cold: no decision made yet, no eager call before ----------------------
+
+def _small_inputs(op, grad):
+    from tests.kernels.test_compile_all import small_case
+    from popcorn.core.inputs import make_inputs
+
+    args = make_inputs(op, small_case(op), seed=0)
+    return {k: v.requires_grad_(grad) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+            for k, v in args.items()}
+
+
+@pytest.mark.parametrize("mode", ["train", "eval"])
+@pytest.mark.parametrize("name", sorted(OPS))
+def test_every_op_compiles_cold_with_fullgraph_and_matches_eager(name, mode, tmp_path, monkeypatch):
+    import torch._dynamo
+
+    from popcorn.dispatch import forget
+
+    monkeypatch.setenv("POPCORN_CACHE_DIR", str(tmp_path))
+    op = OPS[name]
+    forget()
+    torch._dynamo.reset()
+    assert not op._memo  # cold: nothing decided
+    grad = mode == "train"
+    eager, compiled = _small_inputs(op, grad), _small_inputs(op, grad)
+
+    def fn(**a):
+        out = op(**a)
+        return out if isinstance(out, tuple) else (out,)
+
+    with torch.set_grad_enabled(grad):
+        got = torch.compile(fn, fullgraph=True, backend="aot_eager")(**compiled)  # raises on a graph break
+        want = fn(**eager)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w)
+    if grad:
+        sum(o.float().sum() for o in got).backward()
+        sum(o.float().sum() for o in want).backward()
+        for k, v in compiled.items():
+            if isinstance(v, torch.Tensor) and v.requires_grad:
+                torch.testing.assert_close(v.grad, eager[k].grad, msg=lambda m: f"grad {k}: {m}")
+
+
+def test_compiled_calls_reuse_the_eager_decision(monkeypatch, tmp_path):
+    from popcorn.core import registry
+    from popcorn.dispatch import forget
+
+    monkeypatch.setenv("POPCORN_CACHE_DIR", str(tmp_path))
+    forget()
+    decided = []
+    real = registry.DISPATCHER
+    monkeypatch.setattr(registry, "DISPATCHER", lambda *a: decided.append(a[0].name) or real(*a))
+    f = torch.compile(lambda x, w: rms_norm(x, w), fullgraph=True, backend="aot_eager")
+    x, w = torch.randn(4, 8), torch.randn(8)
+    for _ in range(5):
+        f(x, w)
+    assert decided == ["rms_norm"]  # decided once; later compiled calls read the memo
