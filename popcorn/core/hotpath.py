@@ -85,13 +85,13 @@ def build(op) -> tuple[type, object]:
     passed = ", ".join(positional + [f"{k}={k}" for k in keywords])
     named = ", ".join(f"{n!r}: {n}" for n in names)
     src = f"""
-def make(memo, _defaults):
+def make(memo, benched, _defaults):
     def __call__(self, {", ".join(call_params)}, backend=None, bench=None, **_unknown):
-        if backend is None and bench is None and not _extra and not _unknown:
+        if backend is None and not _extra and not _unknown:
             if self.library is not None and (dynamo_compiling() or {_COMPILING}):
                 return self.library({passed})  # traced: one opaque op, no graph break
-            try:
-                fn = memo[({key_s})]
+            try:  # bench=True: signatures whose case already has evidence decide like plain calls
+                fn = (benched if bench else memo)[({key_s})]
             except (KeyError, TypeError, AttributeError):  # new signature, unhashable or missing argument
                 pass
             else:
@@ -106,7 +106,8 @@ def make(memo, _defaults):
     namespace: dict = {}
     # this module's globals: SCOPES is read live; the memo is a closure cell (forget() clears it in place)
     exec(compile(src, f"<popcorn.{op.name} call path>", "exec"), globals(), namespace)  # our own text, from the signature
-    call, key = namespace["make"](op._memo, {p.name: p.default for p in op.signature.parameters.values()})
+    call, key = namespace["make"](op._memo, op._benched,
+                                  {p.name: p.default for p in op.signature.parameters.values()})
     call.__qualname__ = call.__name__ = op.name
     cls = type(type(op).__name__, (type(op),), {"__call__": call, "__module__": type(op).__module__})
     return cls, key

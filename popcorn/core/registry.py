@@ -13,6 +13,7 @@ import inspect
 import os
 import re
 import typing
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -25,6 +26,8 @@ from .fingerprint import canonical, fingerprint
 from .hotpath import PREFERENCE
 from .shapes import Binding, TensorSpec, bind
 
+# Every op made in this process (popcorn.use checks backend names against their implementations).
+INSTANCES: weakref.WeakSet = weakref.WeakSet()
 # Installed by popcorn.dispatch: (op, arguments, grad) -> Implementation. None: the reference runs.
 DISPATCHER = None
 
@@ -203,6 +206,7 @@ class Op:
     def __init__(self, fn: Callable, *, name: str | None = None, args: dict | None = None,
                  inputs: dict | None = None, tags=(), compile: bool = True, batch: str = "...",
                  workspace: Callable | None = None, fake: Callable | None = None):
+        INSTANCES.add(self)
         self.reference = fn
         # shapes and dtypes of the outputs for tracing; the reference unless it reads tensor values
         self.fake = fake or fn
@@ -243,6 +247,7 @@ class Op:
         self.meta = metadata.parse(self.name, fn.__doc__, tags)
         self.implementations: dict[str, Implementation] = {}
         self._memo: dict = {}
+        self._benched: dict = {}  # the memo of bench-mode calls whose case has its evidence
         self.library = None  # torch.ops.popcorn.<name>, once enable_library() ran
         self.implementations[REFERENCE] = Implementation(self, REFERENCE, fn=fn)
         functools.update_wrapper(self, fn)
@@ -342,7 +347,8 @@ class Op:
     def _call(self, args: tuple, kwargs: dict, backend: str | None, bench: bool | None):
         arguments = self.arguments(args, kwargs)
         self.bind(arguments)
-        if bench or (bench is None and os.environ.get("POPCORN_BENCH") == "1"):
+        benched = bench or (bench is None and os.environ.get("POPCORN_BENCH") == "1")
+        if benched:
             _harness("ensure")(self, args, kwargs)
         grad = self.needs_grad(arguments)
         if backend is not None:
@@ -359,6 +365,8 @@ class Op:
         except TypeError:
             return impl.invoke(arguments)
         self._memo[key] = impl.specialized(arguments)
+        if benched:  # measured (or not measurable): later bench-mode calls of it cost a lookup
+            self._benched[key] = self._memo[key]
         return impl.invoke(arguments)
 
     def choose(self, arguments: dict, grad: bool) -> Implementation:
@@ -384,6 +392,7 @@ class Op:
     def forget(self) -> None:
         """Drop memoized decisions (new evidence arrived)."""
         self._memo.clear()
+        self._benched.clear()
 
     def validate(self, *args, trials: int | None = None, **kwargs) -> list:
         """Check every eligible non-reference backend on this exact call (no timing); Records, cached."""

@@ -34,17 +34,60 @@ def forget(op_name: str | None = None) -> None:
         _OPS[op_name].forget()
 
 
+def _known_backends() -> set[str]:
+    from popcorn.core.backends import BACKENDS
+
+    names = set(BACKENDS)
+    for op in list(registry.INSTANCES):
+        names.update(op.implementations)
+    return names
+
+
 @contextlib.contextmanager
 def use(*backends: str):
-    """Within the block, calls run the first of ``backends`` that admits them (else dispatch as usual)."""
+    """Within the block, calls run the first of ``backends`` that admits them (else dispatch as usual).
+    A name no op registers and no family declares raises ValueError (a typo would silently do nothing)."""
+    known = _known_backends()
+    unknown = [b for b in backends if b not in known]
+    if unknown:
+        import difflib
+
+        hints = [f"'{b}' (did you mean '{m[0]}'?)" if (m := difflib.get_close_matches(b, known, 1)) else f"'{b}'"
+                 for b in unknown]
+        raise ValueError(f"popcorn.use: unknown backend {', '.join(hints)}; known: {', '.join(sorted(known))}")
     with hotpath.prefer(backends):
         yield
 
 
-def explain(op, *args, **kwargs) -> str:
-    """Which backend ``op(*args, **kwargs)`` would run, and why, citing the records."""
+def _named(impl: str) -> str:
+    return "torch (popcorn's pure-PyTorch reference)" if impl == registry.REFERENCE else impl
+
+
+def explain(op, *args, backend: str | None = None, **kwargs) -> str:
+    """Which backend ``op(*args, **kwargs)`` runs here and why, citing the records; with ``backend=`` or
+    inside ``popcorn.use``, the forced or preferred backend; how to get evidence where there is none."""
     arguments = op.arguments(args, kwargs)
-    return decide(op, arguments, op.needs_grad(arguments)).explain()
+    grad = op.needs_grad(arguments)
+    decision = decide(op, arguments, grad)
+    if backend is not None:
+        reason = op[backend].rejects(arguments, grad)
+        head = (f"runs {_named(backend)}: forced by backend='{backend}'" if reason is None else
+                f"raises DispatchError: backend '{backend}' rejects the call ({reason})")
+        return head + "\nwithout backend=, dispatch would choose:\n" + _indent(decision.explain(_named))
+    for name in hotpath.PREFERENCE.get():
+        impl = op.implementations.get(name)
+        if impl is not None and impl.rejects(arguments, grad) is None:
+            return (f"runs {_named(name)}: preferred by popcorn.use({name!r})\n"
+                    "outside the block, dispatch would choose:\n" + _indent(decision.explain(_named)))
+    text = decision.explain(_named)
+    if any(not v.eligible and v.why.startswith("no evidence") for v in decision.verdicts):
+        text += (f"\nto measure this exact call here: call it once with bench=True (or set POPCORN_BENCH=1); "
+                 f"to fill the op's case plan: popcorn bench fill {op.name}")
+    return text
+
+
+def _indent(text: str) -> str:
+    return "\n".join("  " + line for line in text.splitlines())
 
 
 registry.DISPATCHER = _dispatch

@@ -47,8 +47,11 @@ class Decision:
     impl: str
     verdicts: list[Verdict] = field(default_factory=list)
 
-    def explain(self) -> str:
-        lines = [f"runs {self.impl}"]
+    def explain(self, named=str) -> str:
+        """The decision and every backend's verdict; ``named`` renders backend names."""
+        why = "no backend is predicted faster by the evidence" if self.impl == REFERENCE else \
+            next(v.why for v in self.verdicts if v.impl == self.impl)
+        lines = [f"runs {named(self.impl)}: {why}"]
         for v in self.verdicts:
             mark = "ok " if v.eligible else "no "
             lines.append(f"  {mark}{v.impl}: {v.why}")

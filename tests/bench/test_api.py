@@ -111,3 +111,23 @@ def test_bench_mode_runs_a_mixed_precision_call_and_says_once_why_it_is_not_meas
     said = [r.getMessage() for r in caplog.records if "does not measure" in r.getMessage()]
     assert len(said) == 1 and "mix dtypes (bfloat16, float32)" in said[0]
     assert store.read("rms_norm") == []
+
+
+def test_bench_mode_leaves_the_slow_path_once_the_case_has_evidence(monkeypatch):
+    import popcorn.bench.api as api
+
+    op = toy_op()
+    ensured = []
+    real = api.ensure
+    monkeypatch.setattr(api, "ensure", lambda o, a, k: ensured.append(o.arguments(a, k)["x"]) or real(o, a, k))
+    x = torch.randn(4, 8)
+    for _ in range(5):
+        torch.testing.assert_close(op(x, bench=True), 2 * x)
+    assert len(ensured) == 1  # measured once; later bench-mode calls are a lookup
+    assert {r.impl for r in store.read("scale2")} >= {"torch", "toy:good"}
+    op(torch.randn(2, 8))  # a plain call of a new signature: memoized without measuring
+    monkeypatch.setenv("POPCORN_BENCH", "1")
+    op(torch.randn(3, 8))  # a new case after the flag was set: measured
+    assert len(ensured) == 2 and tuple(ensured[-1].shape) == (3, 8)
+    op(torch.randn(3, 8))
+    assert len(ensured) == 2

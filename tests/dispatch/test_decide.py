@@ -192,3 +192,24 @@ def test_publishing_a_report_changes_decisions(tmp_path, monkeypatch):
     monkeypatch.setenv("POPCORN_REPORT", str(out))
     publish(report, {op.name: op}, out, force=True)
     assert last(op, x) == "toy:slow"
+
+
+def test_explain_names_what_runs_under_use_and_backend_and_how_to_get_evidence(tmp_path, monkeypatch):
+    import popcorn
+    from popcorn.kernels import rms_norm
+
+    monkeypatch.setenv("POPCORN_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("POPCORN_REPORT", str(tmp_path / "none"))
+    popcorn.dispatch.forget()
+    x, w = torch.randn(4, 16), torch.randn(16)
+    plain = popcorn.explain(rms_norm, x, w)
+    assert plain.startswith("runs torch (popcorn's pure-PyTorch reference)")
+    assert "bench=True" in plain and "popcorn bench fill rms_norm" in plain
+    with popcorn.use("compile"):
+        scoped = popcorn.explain(rms_norm, x, w)
+    assert scoped.startswith("runs compile: preferred by popcorn.use('compile')")
+    forced = popcorn.explain(rms_norm, x, w, backend="compile")
+    assert forced.startswith("runs compile: forced by backend='compile'")
+    with pytest.raises(ValueError, match="unknown backend 'tourch' \\(did you mean 'torch'\\?\\)"):
+        with popcorn.use("tourch"):
+            pass
