@@ -45,6 +45,8 @@ DIMS: dict[str, Dim] = _dims(
     Dim("total", _TEMPORAL_POOL, 4096, temporal=True),
     Dim("hidden", _FEATURE_POOL, 4096, 256),
     Dim("intermediate", _FEATURE_POOL, 14336, 512),
+    Dim("in_features", _FEATURE_POOL, 4096, 256),
+    Dim("out_features", _FEATURE_POOL, 4096, 256),
     Dim("normalized_shape", _FEATURE_POOL, 4096, 256),
     Dim("channels", _FEATURE_POOL, 4096, 256),
     Dim("vocab", _VOCAB_POOL, 128256, 4096),

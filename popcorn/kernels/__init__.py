@@ -17,6 +17,7 @@ from .jsd import jsd
 from .kl_div import kl_div
 from .l2_norm import l2_norm
 from .layer_norm import layer_norm
+from .linear import linear
 from .linear_cross_entropy import linear_cross_entropy
 from .logsumexp import logsumexp
 from .matmul import matmul

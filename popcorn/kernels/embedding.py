@@ -1,4 +1,7 @@
-"""embedding: a table lookup of rows of weight by index."""
+"""embedding: a table lookup of rows of weight by index, with torch.nn.functional.embedding's call:
+``embedding(input, weight)`` for indices of any shape (batch x sequence in training)."""
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -13,15 +16,15 @@ def indices_domain(shape, case, generator) -> torch.Tensor:
 
 def _rows(case) -> int:
     """The gathered tokens x hidden output, larger than the table when tokens > vocab."""
-    return case.dims["tokens"] * case.dims["hidden"]
+    return math.prod(case.batch) * case.dims["hidden"]
 
 
-@register_kernel(workspace=_rows, inputs={"indices": indices_domain}, tags=("embedding",))
+@register_kernel(batch="token_rows", workspace=_rows, inputs={"input": indices_domain}, tags=("embedding",))
 def embedding(
-    indices: Int["tokens"],
+    input: Int["..."],
     weight: Float["vocab hidden"],
-) -> Float["tokens hidden"]:
-    """Rows of the embedding table selected by integer indices.
+) -> Float["... hidden"]:
+    """Rows of the embedding table selected by integer indices of any shape.
 
     $$y_t = W_{i_t,:}$$
 
@@ -29,4 +32,4 @@ def embedding(
     """
     # F.embedding, not weight[indices]: Python indexing wraps negative indices around, torch's
     # embedding rejects them (IndexError on the host, a device-side assert on CUDA: no sync)
-    return F.embedding(indices, weight)
+    return F.embedding(input, weight)

@@ -1,5 +1,6 @@
 """The case plan: coverage, curves, repair, fit, fp16 fan-in, slices, sampling and the frontier."""
 
+import math
 import re
 from itertools import combinations
 
@@ -217,9 +218,9 @@ def test_fp16_fan_in_forward_only():
     emb = OPS["embedding"]
 
     def e(tokens, dtype):
-        return Case({"tokens": tokens, "vocab": 1024, "hidden": 64}, (), dtype, {})
+        return Case({"vocab": 1024, "hidden": 64}, (tokens,), dtype, {})
 
-    # weight (vocab hidden) lacks tokens: its gradient sums over every token
+    # weight (vocab hidden) lacks the token rows: its gradient sums over every token
     assert not P.wants_grad(emb, e(32768, "float16"))
     assert P.wants_grad(emb, e(16384, "float16"))
     assert P.wants_grad(emb, e(32768, "bfloat16")) and P.wants_grad(emb, e(1 << 20, "float32"))
@@ -234,7 +235,7 @@ def test_fp16_fan_in_forward_only():
 def test_fp16_fan_in_in_plan(plans):
     plan = plans("embedding")
     fwd = [p for p in plan.cases if not p.grad]
-    assert fwd and all(p.case.dtype == "float16" and p.case.dims["tokens"] >= 32768 for p in fwd)
+    assert fwd and all(p.case.dtype == "float16" and math.prod(p.case.batch) >= 32768 for p in fwd)
     assert all(p.stratum.endswith("-fwd") for p in fwd)
     assert all(p.grad for p in plan.cases if p.case.dtype != "float16")
     assert all(p.grad for p in plans("attn").cases)

@@ -30,8 +30,8 @@ def test_compile_matches_reference(name):
     assert result.bwd, "gradients were checked"
 
 
-def test_catalog_has_twenty_ops_with_torch_and_compile():
-    assert len(OPS) == 20
+def test_catalog_has_twenty_one_ops_with_torch_and_compile():
+    assert len(OPS) == 21
     for op in OPS.values():
         assert list(op.implementations)[:2] == ["torch", "compile"]
     assert {"sdpa:flash", "sdpa:efficient", "sdpa:cudnn", "sdpa:math"} <= set(OPS["attn"].implementations)

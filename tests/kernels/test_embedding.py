@@ -9,19 +9,20 @@ from popcorn.kernels.embedding import embedding
 from .check import agree
 
 
-def independent(indices, weight):
-    return F.one_hot(indices, weight.shape[0]).double() @ weight.double()
+def independent(input, weight):
+    return F.one_hot(input, weight.shape[0]).double() @ weight.double()
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
-@pytest.mark.parametrize("dims", [{"tokens": 16, "vocab": 64, "hidden": 16}, {"tokens": 17, "vocab": 7, "hidden": 21},
-                                  {"tokens": 3, "vocab": 101, "hidden": 8}])
-def test_matches_fp64(dims, dtype):
-    agree(embedding, independent, Case(dims, (), dtype))
+@pytest.mark.parametrize("dims, batch", [({"vocab": 64, "hidden": 16}, (16,)), ({"vocab": 7, "hidden": 21}, (17,)),
+                                         ({"vocab": 101, "hidden": 8}, (3,)), ({"vocab": 9, "hidden": 8}, (2, 5)),
+                                         ({"vocab": 9, "hidden": 8}, ())])
+def test_matches_fp64(dims, batch, dtype):
+    agree(embedding, independent, Case(dims, batch, dtype))
 
 
 def test_domain_in_range():
-    indices = make_inputs(embedding, Case({"tokens": 256, "vocab": 7, "hidden": 8}))["indices"]
+    indices = make_inputs(embedding, Case({"vocab": 7, "hidden": 8}, (256,)))["input"]
     assert indices.dtype == torch.int64 and indices.min() >= 0 and indices.max() < 7
 
 
@@ -34,11 +35,16 @@ def test_repeated_indices_accumulate_grad_and_int32_works():
     torch.testing.assert_close(weight.grad[:, 0], torch.tensor([1.0, 0.0, 3.0, 0.0, 0.0]))
 
 
-def test_wrong_shape_names_dim():
-    with pytest.raises(DispatchError, match="tokens"):
-        embedding(torch.zeros(2, 3, dtype=torch.long), torch.randn(5, 4))
-    with pytest.raises(DispatchError, match="indices"):
-        embedding(torch.zeros(3), torch.randn(5, 4))  # float indices are rejected
+def test_indices_of_any_shape_like_f_embedding():
+    weight = torch.randn(5, 4)
+    for shape in [(), (3,), (2, 3), (2, 3, 2)]:
+        idx = torch.randint(0, 5, shape)
+        torch.testing.assert_close(embedding(idx, weight), F.embedding(idx, weight))
+        torch.testing.assert_close(embedding(input=idx, weight=weight), F.embedding(input=idx, weight=weight))
+    with pytest.raises(DispatchError, match="input"):
+        embedding(torch.zeros(3), weight)  # float indices are rejected
+    with pytest.raises(DispatchError, match="weight"):
+        embedding(torch.zeros(3, dtype=torch.long), torch.randn(5))
 
 
 def test_negative_indices_raise_like_torch():
