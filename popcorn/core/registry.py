@@ -205,9 +205,10 @@ class Op:
 
     def __init__(self, fn: Callable, *, name: str | None = None, args: dict | None = None,
                  inputs: dict | None = None, tags=(), compile: bool = True, batch: str = "...",
-                 workspace: Callable | None = None, fake: Callable | None = None):
+                 workspace: Callable | None = None, fake: Callable | None = None, layout: str | None = None):
         INSTANCES.add(self)
         self.reference = fn
+        self.layout = layout  # the tensor layout in words, appended to shape errors
         # shapes and dtypes of the outputs for tracing; the reference unless it reads tensor values
         self.fake = fake or fn
         # what the leading '...' counts (the dims vocabulary entry the plan draws it from)
@@ -324,7 +325,12 @@ class Op:
 
     def bind(self, arguments: dict) -> Binding:
         """Check the call against the annotations and bind its dims; raises DispatchError."""
-        return bind(self.name, self.specs, arguments)
+        try:
+            return bind(self.name, self.specs, arguments)
+        except DispatchError as e:
+            if self.layout is None:
+                raise
+            raise DispatchError(f"{e}; layout: {self.layout}") from None
 
     def case(self, arguments: dict, binding: Binding | None = None):
         """The Case this call represents, or None when its float tensors mix dtypes (no single case)."""
@@ -417,7 +423,7 @@ def _harness(name: str):
 
 def register_kernel(fn: Callable | None = None, *, name: str | None = None, args: dict | None = None,
                     inputs: dict | None = None, tags=(), compile: bool = True, batch: str = "...",
-                    workspace: Callable | None = None, fake: Callable | None = None):
+                    workspace: Callable | None = None, fake: Callable | None = None, layout: str | None = None):
     """Turn a pure-PyTorch reference into an :class:`Op`.
 
     ``args`` gives scalar value pools for the case plan (the default always comes first);
@@ -428,9 +434,10 @@ def register_kernel(fn: Callable | None = None, *, name: str | None = None, args
     gives the elements of the largest intermediate the reference holds beyond its inputs
     (attention's scores), so the plan drops cases whose correctness run cannot fit. ``fake``
     computes the outputs' shapes and dtypes for torch.compile where the reference reads tensor
-    values (varlen's sequence boundaries); it defaults to the reference.
+    values (varlen's sequence boundaries); it defaults to the reference. ``layout`` describes the
+    expected tensor layout in words; shape errors end with it (attention's head-major layout).
     """
     def wrap(f):
         return Op(f, name=name, args=args, inputs=inputs, tags=tags, compile=compile, batch=batch,
-                  workspace=workspace, fake=fake)
+                  workspace=workspace, fake=fake, layout=layout)
     return wrap(fn) if fn is not None else wrap

@@ -36,7 +36,11 @@ def _scores(case) -> int:
     return d["batch"] * d["q_heads"] * d["seq"] ** 2
 
 
-@register_kernel(workspace=_scores, args={"scale": [None, 0.125]}, tags=("attention",))
+LAYOUT = ("q, k and v are (batch, heads, seq, head_dim), the layout F.scaled_dot_product_attention takes; "
+          "flash-attn's (batch, seq, heads, head_dim) needs .transpose(1, 2)")
+
+
+@register_kernel(workspace=_scores, args={"scale": [None, 0.125]}, layout=LAYOUT, tags=("attention",))
 def attn(
     q: Float["batch q_heads seq head_dim"],
     k: Float["batch kv_heads seq head_dim"],

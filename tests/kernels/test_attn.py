@@ -88,3 +88,10 @@ def test_cuda_only_backends_decline_on_cpu(backend):
     args = make_inputs(attn, Case({"batch": 1, "q_heads": 4, "kv_heads": 2, "seq": 5, "head_dim": 16}, (), "float16"))
     with pytest.raises(DispatchError, match="predicate"):
         attn(**args, backend=backend)
+
+
+def test_a_sequence_major_layout_is_named_as_a_layout_mismatch():
+    q = torch.randn(2, 16, 8, 64)  # flash-attn's (batch, seq, heads, head_dim)
+    k = v = torch.randn(2, 16, 2, 64)
+    with pytest.raises(DispatchError, match=r"layout: q, k and v are \(batch, heads, seq, head_dim\)"):
+        attn(q, k, v)
