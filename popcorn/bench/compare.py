@@ -229,8 +229,12 @@ def check(reference: Callable, candidate: Callable, draw: Callable[[int], dict],
         except Exception as e:  # noqa: BLE001 - any failure to make inputs is the harness's
             return Result(OOM if is_oom(e) else ERROR, f"inputs: {describe(e)}", fwd, bwd, trial, grad)
         floor = floor if floor is not None else floor_for(native)
-        truth_args, budget_args = prepare(native, torch.float64, grad), prepare(native, None, grad)
-        mine_args = prepare(native, None, grad)
+        try:  # the fp64 copies are the largest allocation of a trial: running out here is an oom row
+            truth_args, budget_args = prepare(native, torch.float64, grad), prepare(native, None, grad)
+            mine_args = prepare(native, None, grad)
+        except Exception as e:  # noqa: BLE001
+            free_memory()
+            return Result(OOM if is_oom(e) else ERROR, f"inputs: {describe(e)}", fwd, bwd, trial, grad)
         del native
         try:
             with torch.enable_grad() if grad else torch.no_grad():

@@ -266,8 +266,9 @@ def fill(ops: list[Op], *, backends: list[str] | None = None, limit: int | None 
                             worker = Worker(dev, sentinel_dir)
                         try:
                             row_dict, ok = worker.run(task, budget_s)
-                            if "error" in row_dict:
-                                row = _row_from(op, impl, p.case, p.grad, "error", f"worker: {row_dict['error']}",
+                            if "error" in row_dict:  # raised outside the harness's own handling
+                                status = OOM if "out of memory" in row_dict["error"].lower() else "error"
+                                row = _row_from(op, impl, p.case, p.grad, status, f"worker: {row_dict['error']}",
                                                 dev)
                             else:
                                 row = Record.from_dict(row_dict)

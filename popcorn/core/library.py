@@ -104,13 +104,15 @@ def define(op):
     def ordered(args, kwargs) -> tuple:
         return args + tuple(kwargs[k] for k in keyword[len(args) - n_pos:] if k in kwargs)
 
+    # Outputs are contiguous on both sides: a compiled graph plans its views on the fake's strides, and
+    # backends (or the reference's autograd) may return other strides than the reference's fake run.
     def run(*args, **kwargs):
         out = call(ordered(args, kwargs))
-        return out if single else tuple(out)
+        return out.contiguous() if single else tuple(o.contiguous() for o in out)
 
     def fake(*args, **kwargs):
         out = op.fake(*args, **kwargs)
-        return out if single else tuple(out)
+        return out.contiguous() if single else tuple(o.contiguous() for o in out)
 
     def backward_run(grads, *args):
         """Replay the forward through dispatch on detached inputs and differentiate that (one extra forward)."""
@@ -128,15 +130,17 @@ def define(op):
         out = []
         for g, t in zip(found, leaves):
             if g is None:
-                g = torch.zeros_like(t)
+                g = torch.zeros(t.shape, dtype=t.dtype, device=t.device)
             elif g.untyped_storage().data_ptr() in taken:
                 g = g.clone()
+            g = g.contiguous()
             taken.add(g.untyped_storage().data_ptr())
             out.append(g)
         return out
 
     def backward_fake(grads, *args):
-        return [torch.empty_like(a) for a in args if isinstance(a, torch.Tensor) and a.is_floating_point()]
+        return [torch.empty(a.shape, dtype=a.dtype, device=a.device) for a in args
+                if isinstance(a, torch.Tensor) and a.is_floating_point()]
 
     # The low-level registration: a compiled graph calls the kernel through the dispatcher alone
     # (torch.library.custom_op's Python layers cost ~30 us per call on CPU).
