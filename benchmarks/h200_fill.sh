@@ -6,7 +6,7 @@ set -u
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 POPCORN_CACHE_DIR=$PWD/.gpu/cache
 mkdir -p "$POPCORN_CACHE_DIR" "${OUT:=/tmp/out}"
 nvidia-smi --query-gpu=name,memory.total,clocks.sm --format=csv,noheader
-timeout -s INT "${SECS:-540}" python3 -m popcorn.cli bench fill "$@" >"$OUT/fill_summary.txt" 2>"$OUT/fill_log.raw"
+timeout --foreground -s INT "${SECS:-540}" python3 -m popcorn.cli bench fill "$@" >"$OUT/fill_summary.txt" 2>"$OUT/fill_log.raw"
 echo "fill exit $?"
 tr '\r' '\n' <"$OUT/fill_log.raw" | grep -v ' ETA ' >"$OUT/fill_log.txt"; rm -f "$OUT/fill_log.raw"
 cp "$POPCORN_CACHE_DIR"/v*/reports/*.jsonl "$OUT/" 2>/dev/null

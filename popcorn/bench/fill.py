@@ -13,7 +13,9 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import os
+import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -305,9 +307,16 @@ def fill(ops: list[Op], *, backends: list[str] | None = None, limit: int | None 
     except KeyboardInterrupt:
         summary.interrupted = True
     finally:
-        flush()
-        if worker is not None:
-            worker.close()
+        # a second Ctrl-C (or a signal sent to the whole process group) must not cut the flush short
+        main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+        try:
+            flush()
+            if worker is not None:
+                worker.close()
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
     return summary
 
 
