@@ -13,6 +13,7 @@ the versions a record carries instead. Every value enters the hash through a can
 from __future__ import annotations
 
 import ast
+import dis
 import enum
 import hashlib
 import inspect
@@ -98,12 +99,27 @@ def _unwrap(value):
     return value
 
 
-def _code_names(code: types.CodeType) -> list[str]:
-    names = list(code.co_names)
+_GLOBAL_OPS = frozenset({"LOAD_GLOBAL", "LOAD_NAME"})
+_ATTR_OPS = frozenset({"LOAD_ATTR", "LOAD_METHOD", "LOAD_SUPER_ATTR"})
+
+
+def _code_refs(code: types.CodeType) -> tuple[list[str], list[str]]:
+    """(global names, attribute names) ``code`` and its nested functions load, in first-use order.
+
+    Kept apart so ``torch.softmax`` (an attribute) is not mistaken for a module global of the same
+    name (the ``softmax`` Op itself)."""
+    globs: list[str] = []
+    attrs: list[str] = []
+    for ins in dis.get_instructions(code):
+        into = globs if ins.opname in _GLOBAL_OPS else attrs if ins.opname in _ATTR_OPS else None
+        if into is not None and isinstance(ins.argval, str) and ins.argval not in into:
+            into.append(ins.argval)
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
-            names += [n for n in _code_names(const) if n not in names]
-    return names
+            g, a = _code_refs(const)
+            globs += [n for n in g if n not in globs]
+            attrs += [n for n in a if n not in attrs]
+    return globs, attrs
 
 
 class _Walk:
@@ -144,7 +160,7 @@ class _Walk:
 
     def references(self, fn: types.FunctionType) -> None:
         """Globals, module attributes and closure cells ``fn`` reads."""
-        names = _code_names(fn.__code__)
+        names, attrs = _code_refs(fn.__code__)
         found = []
         for n in names:
             if n in fn.__globals__ and not n.startswith("__"):
@@ -157,7 +173,7 @@ class _Walk:
         for n, value in found:
             if isinstance(value, types.ModuleType):
                 if _top(value.__name__) in self.scope:  # `numerics.upcast`: the attributes it reads
-                    for attr in names:
+                    for attr in attrs:
                         if attr in vars(value):
                             self.value(f"{value.__name__}.{attr}", vars(value)[attr])
                 continue

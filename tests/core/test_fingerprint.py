@@ -231,3 +231,15 @@ def test_gated_backends_hash_the_same_in_every_process():
         assert out.returncode == 0, out.stderr
         seen.add(out.stdout)
     assert len(seen) == 1
+
+
+def test_an_attribute_named_like_a_global_is_not_followed():
+    # softmax's reference calls torch.softmax; the module global `softmax` is the Op itself, whose
+    # class (the registry) is no code the reference runs
+    from popcorn.core.fingerprint import PROJECT, _Walk
+    from popcorn.kernels import OPS
+
+    for name in ("softmax", "logsumexp", "embedding", "linear", "layer_norm", "group_norm"):
+        walk = _Walk(set(PROJECT))
+        walk.visit(OPS[name].reference, root=True)
+        assert not any(p.startswith("popcorn.core.registry") for p in walk.parts), name
