@@ -46,9 +46,9 @@ def replay(op, rows: list[dict]) -> list[dict]:
         held_out = [r for r in rows if not (r["case_id"] == case_id and r["device"] == device)]
         case = Case.from_config(next(iter(impls.values()))["config"])
         arguments = make_inputs(op, case, device="meta")
-        decision = decide(op, arguments, grad, rows=held_out, here=device)
+        decision = decide(op, arguments, grad, rows=held_out, here=device, graph=True)
         chosen = decision.impl
-        in_sample = decide(op, arguments, grad, rows=rows, here=device).impl
+        in_sample = decide(op, arguments, grad, rows=rows, here=device, graph=True).impl
         best = min(times.values())
         out.append({"group": (op.name, device, case.dtype, grad), "times": times, "best": best,
                     "chosen": chosen, "regret": times.get(chosen, float("nan")) / best,

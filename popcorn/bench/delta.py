@@ -86,7 +86,11 @@ class ReportStore:
         # ("terminate called without an active exception", exit 134) after correct output.
         sql = "SELECT * FROM report" + (" WHERE op = '{}'".format(op.replace("'", "''")) if op else "")
         table = pa.table(QueryBuilder().register("report", self.table(version)).execute(sql).read_all())
-        table = table.select(arrow_schema().names).cast(arrow_schema())
+        schema = arrow_schema()
+        for f in schema:  # a table written before a column existed reads it as null
+            if f.name not in table.column_names:
+                table = table.append_column(f.name, pa.nulls(len(table), f.type))
+        table = table.select(schema.names).cast(schema)
         if equals:
             import pyarrow.compute as pc
 
@@ -114,7 +118,9 @@ class ReportStore:
                 if not self.exists() and self._create(batch):
                     return {"num_source_rows": len(rows), "num_target_rows_inserted": len(rows),
                             "version": self.version}
-                metrics = (self.table().merge(source=batch, predicate=_MATCH, source_alias="s", target_alias="t")
+                # merge_schema: columns a newer popcorn adds (step_host_us) join a table written before them
+                metrics = (self.table().merge(source=batch, predicate=_MATCH, source_alias="s", target_alias="t",
+                                              merge_schema=True)
                            .when_matched_update_all(predicate=_PREFER).when_not_matched_insert_all().execute())
                 return {**metrics, "version": self.version}
             except (CommitFailedError, DeltaError) as e:

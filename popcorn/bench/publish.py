@@ -23,7 +23,7 @@ from .record import CONCLUSIVE, Record, to_arrow
 BUNDLED = Path(__file__).resolve().parents[1] / "reports"
 DISPATCH_SCHEMA = 1
 DISPATCH_FIELDS = ("impl", "case_id", "config", "grad", "device", "torch", "backend_version", "status", "reason",
-                   "fwd_ms", "bwd_ms", "step_ms", "fwd_mem_mb", "step_mem_mb",
+                   "fwd_ms", "bwd_ms", "step_ms", "host_us", "step_host_us", "fwd_mem_mb", "step_mem_mb",
                    "ref_fwd_ms", "ref_bwd_ms", "ref_step_ms")
 
 

@@ -23,7 +23,7 @@ SENTINEL_REASON = "worker did not complete the case"
 
 TIMING_FIELDS = (
     "fwd_ms", "fwd_q20_ms", "fwd_q80_ms", "bwd_ms", "bwd_q20_ms", "bwd_q80_ms",
-    "step_ms", "step_q20_ms", "step_q80_ms", "host_us", "fwd_mem_mb", "step_mem_mb",
+    "step_ms", "step_q20_ms", "step_q80_ms", "host_us", "step_host_us", "fwd_mem_mb", "step_mem_mb",
     "ref_fwd_ms", "ref_bwd_ms", "ref_step_ms", "ref_fwd_mem_mb", "ref_step_mem_mb",
 )
 
@@ -58,6 +58,7 @@ class Record:
     step_q20_ms: float | None = None
     step_q80_ms: float | None = None
     host_us: float | None = None  # host wall time per forward call, without synchronizing
+    step_host_us: float | None = None  # the same for forward + backward (gradient-mode rows)
     fwd_mem_mb: float | None = None  # peak allocated above the pre-call baseline
     step_mem_mb: float | None = None
     ref_fwd_ms: float | None = None  # the torch reference on the same case, for speedups

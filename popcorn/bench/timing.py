@@ -235,6 +235,8 @@ def measure(fn: Callable, arguments: dict, grad: bool, device: torch.device) -> 
     for k, s in samples.items():
         out[f"{k}_ms"], out[f"{k}_q20_ms"], out[f"{k}_q80_ms"] = (round(v, 6) for v in quantiles(s))
     out["host_us"] = round(host_us(step.forward, device), 3)
+    if grad:  # what an eager training loop pays the host per call: ranks eager calls beside device time
+        out["step_host_us"] = round(host_us(step.step, device), 3)
     return out, timer_name
 
 

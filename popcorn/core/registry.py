@@ -28,7 +28,7 @@ from .shapes import Binding, TensorSpec, bind
 
 # Every op made in this process (popcorn.use checks backend names against their implementations).
 INSTANCES: weakref.WeakSet = weakref.WeakSet()
-# Installed by popcorn.dispatch: (op, arguments, grad) -> Implementation. None: the reference runs.
+# Installed by popcorn.dispatch: (op, arguments, grad, graph) -> Implementation. None: the reference runs.
 DISPATCHER = None
 
 
@@ -249,6 +249,7 @@ class Op:
         self.implementations: dict[str, Implementation] = {}
         self._memo: dict = {}
         self._benched: dict = {}  # the memo of bench-mode calls whose case has its evidence
+        self._graph_memo: dict = {}  # decisions for calls inside compiled graphs (ranked by device time)
         self.library = None  # torch.ops.popcorn.<name>, once enable_library() ran
         self.implementations[REFERENCE] = Implementation(self, REFERENCE, fn=fn)
         functools.update_wrapper(self, fn)
@@ -350,7 +351,9 @@ class Op:
         return torch.is_grad_enabled() and any(
             isinstance(v, torch.Tensor) and v.requires_grad for v in arguments.values())
 
-    def _call(self, args: tuple, kwargs: dict, backend: str | None, bench: bool | None):
+    def _call(self, args: tuple, kwargs: dict, backend: str | None, bench: bool | None, graph: bool = False):
+        """The slow path: bind, bench mode, a forced backend, or decide and memoize. ``graph``: the call runs
+        inside a compiled graph (device time ranks there; host time per call does in eager code)."""
         arguments = self.arguments(args, kwargs)
         self.bind(arguments)
         benched = bench or (bench is None and os.environ.get("POPCORN_BENCH") == "1")
@@ -364,18 +367,21 @@ class Op:
             if reason:
                 raise DispatchError(f"{self.name}: backend '{impl.name}' rejected the call: {reason}")
             return impl.invoke(arguments)
-        impl = self.choose(arguments, grad)
+        impl = self.choose(arguments, grad, graph)
         try:
             key = self._key(*args, **kwargs)
             hash(key)
         except TypeError:
+            return impl.invoke(arguments)
+        if graph:
+            self._graph_memo[key] = impl.specialized(arguments)
             return impl.invoke(arguments)
         self._memo[key] = impl.specialized(arguments)
         if benched:  # measured (or not measurable): later bench-mode calls of it cost a lookup
             self._benched[key] = self._memo[key]
         return impl.invoke(arguments)
 
-    def choose(self, arguments: dict, grad: bool) -> Implementation:
+    def choose(self, arguments: dict, grad: bool, graph: bool = False) -> Implementation:
         """The implementation this call runs: a scoped preference when it admits the call, else the
         dispatcher's choice from the evidence (the reference when no dispatcher is installed)."""
         preferred = PREFERENCE.get()
@@ -385,7 +391,7 @@ class Op:
                 if impl is not None and impl.rejects(arguments, grad) is None:
                     return impl
         if DISPATCHER is not None:
-            return DISPATCHER(self, arguments, grad)
+            return DISPATCHER(self, arguments, grad, graph)
         return self.implementations[REFERENCE]
 
     def enable_library(self) -> None:
@@ -399,6 +405,7 @@ class Op:
         """Drop memoized decisions (new evidence arrived)."""
         self._memo.clear()
         self._benched.clear()
+        self._graph_memo.clear()
 
     def validate(self, *args, trials: int | None = None, **kwargs) -> list:
         """Check every eligible non-reference backend on this exact call (no timing); Records, cached."""

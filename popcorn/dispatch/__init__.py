@@ -17,9 +17,9 @@ from .decide import decide
 _OPS: dict = {}  # ops that memoized decisions, by name
 
 
-def _dispatch(op, arguments: dict, grad: bool):
+def _dispatch(op, arguments: dict, grad: bool, graph: bool = False):
     _OPS[op.name] = op
-    return op.implementations[decide(op, arguments, grad).impl]
+    return op.implementations[decide(op, arguments, grad, graph=graph).impl]
 
 
 def forget(op_name: str | None = None) -> None:
@@ -80,6 +80,9 @@ def explain(op, *args, backend: str | None = None, **kwargs) -> str:
             return (f"runs {_named(name)}: preferred by popcorn.use({name!r})\n"
                     "outside the block, dispatch would choose:\n" + _indent(decision.explain(_named)))
     text = decision.explain(_named)
+    in_graph = decide(op, arguments, grad, graph=True)
+    text += (f"\ninside torch.compile (device time alone ranks there): runs {_named(in_graph.impl)}"
+             + ("" if in_graph.impl == decision.impl else "; host time per call decides it in eager code"))
     if any(not v.eligible and v.why.startswith("no evidence") for v in decision.verdicts):
         text += (f"\nto measure this exact call here: call it once with bench=True (or set POPCORN_BENCH=1); "
                  f"to fill the op's case plan: popcorn bench fill {op.name}")

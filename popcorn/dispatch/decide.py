@@ -92,8 +92,22 @@ def _distance(row: dict, call: dict) -> float:
 
 
 def row_ms(row: dict, grad: bool, prefix: str = "") -> float | None:
-    """The time a row ranks by: the step with gradients, else the forward."""
+    """The device time a row ranks by: the step with gradients, else the forward."""
     return row.get(f"{prefix}step_ms" if grad else f"{prefix}fwd_ms")
+
+
+def host_ms(row: dict, grad: bool) -> float | None:
+    """Host wall time per call (not synchronized): what an eager loop pays the CPU for the call."""
+    us = row.get("step_host_us" if grad else "host_us")
+    return None if us is None else us / 1000
+
+
+def row_cost(row: dict, grad: bool, graph: bool) -> float | None:
+    """What a call costs where it runs: device time inside a compiled graph or CUDA graph; in eager
+    code the larger of device time and host time, since a launch-bound call waits on the host."""
+    device = row_ms(row, grad)
+    host = None if graph else host_ms(row, grad)
+    return device if device is None or host is None else max(device, host)
 
 
 def _region(name: str, rows: list[dict], call: dict) -> str | None:
@@ -111,20 +125,34 @@ def _region(name: str, rows: list[dict], call: dict) -> str | None:
     return None
 
 
-def _reference_time(rows: list[dict], row: dict, grad: bool) -> float | None:
-    t = row_ms(row, grad, "ref_")
-    if t:
-        return t
-    for r in rows:  # published tables carry no ref_* columns: use the reference's row of that case
+def _reference_row(rows: list[dict], row: dict) -> dict | None:
+    for r in rows:
         if r["impl"] == REFERENCE and r["case_id"] == row["case_id"] and r["grad"] == row["grad"] \
                 and r["device"] == row["device"] and r["status"] == "pass":
-            return row_ms(r, grad)
+            return r
     return None
 
 
-def decide(op, arguments: dict, grad: bool, rows: list[dict] | None = None, here: str | None = None) -> Decision:
-    """The backend for this call. ``rows`` and ``here`` (a device name) replace the loaded evidence
-    and the call's device: benchmarks/dispatch_regret.py replays recorded cases with them."""
+def _reference_cost(rows: list[dict], row: dict, grad: bool, graph: bool) -> float | None:
+    """The reference's cost beside ``row``: its own row of that case (device and host time), else the
+    device times the row carries (``ref_*``)."""
+    ref = _reference_row(rows, row)
+    if ref is not None and row_ms(ref, grad):
+        return row_cost(ref, grad, graph)
+    return row_ms(row, grad, "ref_")
+
+
+def _times(row: dict, grad: bool) -> str:
+    host = host_ms(row, grad)
+    return f"device {row_ms(row, grad):.4g} ms" + ("" if host is None else f", host {host * 1000:.3g} us")
+
+
+def decide(op, arguments: dict, grad: bool, rows: list[dict] | None = None, here: str | None = None,
+           graph: bool = False) -> Decision:
+    """The backend for this call. ``graph``: the call runs in a compiled graph (rank by device time;
+    eager calls rank by the larger of device and host time). ``rows`` and ``here`` (a device name)
+    replace the loaded evidence and the call's device: benchmarks/dispatch_regret.py replays
+    recorded cases with them."""
     binding = op.bind(arguments)
     call = call_group(op, arguments, binding)
     here = here or device_name(call["device"])
@@ -169,13 +197,17 @@ def decide(op, arguments: dict, grad: bool, rows: list[dict] | None = None, here
             verdicts.append(Verdict(name, False, "passed but was never timed here"))
             continue
         near = min(timed, key=lambda r: (_distance(r, call), r["case_id"]))
-        ref = _reference_time(all_rows, near, grad)
+        ref = _reference_cost(all_rows, near, grad, graph)
         if not ref:
             verdicts.append(Verdict(name, False, "no reference timing beside its nearest record", cited=near))
             continue
-        speedup = ref / row_ms(near, grad)
+        speedup = ref / row_cost(near, grad, graph)
         _warn_foreign(op.name, name, near, here)
-        verdicts.append(Verdict(name, True, f"{speedup:.2f}x the reference at its nearest record", speedup, near))
+        ref_row = _reference_row(all_rows, near)
+        beside = f" ({_times(near, grad)}; the reference {_times(ref_row, grad)})" if ref_row else ""
+        where = "in a compiled graph (device time)" if graph else "in eager code (max of device and host time)"
+        verdicts.append(Verdict(name, True, f"{speedup:.2f}x the reference {where} at its nearest record{beside}",
+                                speedup, near))
     ranked = sorted((v for v in verdicts if v.eligible), key=lambda v: -v.speedup)
     best = ranked[0] if ranked and ranked[0].speedup >= 1 + BAND else None
     return Decision(best.impl if best else REFERENCE, verdicts)

@@ -159,3 +159,16 @@ def test_cli_view_as_of_and_publish(report, tmp_path):
     assert "rms_norm" in out.stdout and "1 rows" in out.stdout.replace("row ", "rows ")
     pub = cli("bench", "publish", "--out", str(tmp_path / "pub"))
     assert pub.returncode == 1 and "--force" in pub.stderr
+
+
+def test_a_store_written_before_a_column_existed_takes_and_reads_new_rows(report):
+    from deltalake import write_deltalake
+
+    from popcorn.bench.record import to_arrow
+
+    old = to_arrow([make(case_id="old")])
+    old = old.drop_columns(["step_host_us"])  # as a popcorn without that column wrote it
+    write_deltalake(report.uri, old, partition_by=["op"])
+    report.merge([make(case_id="new", step_host_us=42.0)])
+    got = {r.case_id: r.step_host_us for r in report.read()}
+    assert got == {"old": None, "new": 42.0}

@@ -213,3 +213,24 @@ def test_explain_names_what_runs_under_use_and_backend_and_how_to_get_evidence(t
     with pytest.raises(ValueError, match="unknown backend 'tourch' \\(did you mean 'torch'\\?\\)"):
         with popcorn.use("tourch"):
             pass
+
+
+def test_eager_calls_rank_by_host_time_where_it_dominates_and_compiled_calls_by_device_time():
+    from popcorn.dispatch.decide import decide
+
+    op = make_op()
+    rows = []
+    for hidden in (32, 128):
+        # toy:fast is 4x faster on the device but costs 200 us of host time per call (guards, a compiled
+        # callable's runtime); the reference's kernels take 50 us to launch
+        rows += [row(op, "toy:fast", hidden, fwd=0.01), row(op, "torch", hidden, fwd=0.04)]
+        rows[-2].host_us, rows[-1].host_us = 200.0, 50.0
+    store.write(rows)
+    x = torch.randn(4, 64)
+    args = op.arguments((x,), {})
+    assert decide(op, args, False).impl == "torch"  # eager: max(device, host) is 0.2 ms against 0.05 ms
+    assert decide(op, args, False, graph=True).impl == "toy:fast"  # in a graph: 0.01 ms against 0.04 ms
+    assert last(op, x) == "torch"
+    text = popcorn.explain(op, x)
+    assert "inside torch.compile (device time alone ranks there): runs toy:fast" in text
+    assert "host 200 us" in text

@@ -76,7 +76,7 @@ def test_every_op_compiles_cold_with_fullgraph_and_matches_eager(name, mode, tmp
                 torch.testing.assert_close(v.grad, eager[k].grad, msg=lambda m: f"grad {k}: {m}")
 
 
-def test_compiled_calls_reuse_the_eager_decision(monkeypatch, tmp_path):
+def test_compiled_calls_decide_once(monkeypatch, tmp_path):
     from popcorn.core import registry
     from popcorn.dispatch import forget
 
@@ -89,4 +89,4 @@ def test_compiled_calls_reuse_the_eager_decision(monkeypatch, tmp_path):
     x, w = torch.randn(4, 8), torch.randn(8)
     for _ in range(5):
         f(x, w)
-    assert decided == ["rms_norm"]  # decided once; later compiled calls read the memo
+    assert decided == ["rms_norm"]  # decided once (ranked for a graph); later compiled calls read the memo
