@@ -35,7 +35,7 @@ def popcorn_block(tokens, targets, p, cos, sin, heads, kv_heads):
     k = linear(x, p["wk"]).view(b, s, kv_heads, -1).transpose(1, 2)
     v = linear(x, p["wv"]).view(b, s, kv_heads, -1).transpose(1, 2)
     q, k = rope(q, k, cos, sin)
-    o = attn(q, k, v).transpose(1, 2).reshape(b, s, d)
+    o = attn(q, k, v, is_causal=True).transpose(1, 2).reshape(b, s, d)
     x, h = add_rms_norm(linear(o, p["wo"]), h, p["mlp_norm"])
     h = h + linear(swiglu(linear(x, p["w_gate"]), linear(x, p["w_up"])), p["w_down"])
     logits = linear(rms_norm(h, p["final_norm"]), p["embed"])

@@ -185,10 +185,17 @@ class Implementation:
 
 
 def _scalar_pool(param: inspect.Parameter, declared) -> tuple:
-    """Declared values (default first), else a Literal's values, [False, True] for bools, else the default."""
+    """Declared values in their order (the first anchors the plan's curves: attn declares is_causal
+    [True, False] because training attention is causal, though the default follows SDPA's False; the
+    default joins the end if missing), else a Literal's values, [False, True] for bools, else the
+    default; undeclared pools put the default first."""
     default = param.default
     if declared is not None:
         values = list(declared)
+        if default is not inspect.Parameter.empty and not any(v == default and type(v) is type(default)
+                                                               for v in values):
+            values.append(default)
+        return tuple(values)
     elif typing.get_origin(param.annotation) is typing.Literal:
         values = list(typing.get_args(param.annotation))
     elif param.annotation is bool or isinstance(default, bool):

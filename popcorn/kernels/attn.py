@@ -1,4 +1,10 @@
-"""attn: softmax attention with grouped-query heads, plus torch SDPA backends."""
+"""attn: softmax attention with grouped-query heads, plus torch SDPA backends.
+
+Called like F.scaled_dot_product_attention: (batch, heads, seq, head_dim) tensors, ``is_causal`` off
+by default, ``scale``; grouped-query heads as with SDPA's ``enable_gqa=True``. The tensors are named
+q, k, v (not query, key, value) as in attn_varlen and rope. The plan's curves run causal (the first
+declared value): that is how training calls it.
+"""
 
 import torch
 import torch.nn.functional as F
@@ -40,31 +46,32 @@ LAYOUT = ("q, k and v are (batch, heads, seq, head_dim), the layout F.scaled_dot
           "flash-attn's (batch, seq, heads, head_dim) needs .transpose(1, 2)")
 
 
-@register_kernel(workspace=_scores, args={"scale": [None, 0.125]}, layout=LAYOUT, tags=("attention",))
+@register_kernel(workspace=_scores, args={"is_causal": [True, False], "scale": [None, 0.125]}, layout=LAYOUT,
+                 tags=("attention",))
 def attn(
     q: Float["batch q_heads seq head_dim"],
     k: Float["batch kv_heads seq head_dim"],
     v: Float["batch kv_heads seq head_dim"],
-    causal: bool = True,
+    is_causal: bool = False,
     scale: float | None = None,
 ) -> Float["batch q_heads seq head_dim"]:
     """Scaled dot-product softmax attention with grouped-query heads and an optional causal mask, in fp32.
 
-    $$O_h = \\operatorname{softmax}\\left(s\\, Q_h K_{g(h)}^{\\top} + M\\right) V_{g(h)}, \\quad g(h) = \\left\\lfloor h \\tfrac{H_{kv}}{H_q} \\right\\rfloor, \\quad s = d^{-1/2} \\text{ by default}, \\quad M_{ij} = -\\infty \\text{ if causal and } j > i$$
+    $$O_h = \\operatorname{softmax}\\left(s\\, Q_h K_{g(h)}^{\\top} + M\\right) V_{g(h)}, \\quad g(h) = \\left\\lfloor h \\tfrac{H_{kv}}{H_q} \\right\\rfloor, \\quad s = d^{-1/2} \\text{ by default}, \\quad M_{ij} = -\\infty \\text{ if is\\_causal and } j > i$$
 
     [Vaswani et al., 2017](https://arxiv.org/abs/1706.03762)
     [Ainslie et al., 2023](https://arxiv.org/abs/2305.13245)
     """
-    return _attention(q, k, v, causal, scale).to(q.dtype)
+    return _attention(q, k, v, is_causal, scale).to(q.dtype)
 
 
 # -- torch SDPA backends, each pinned through torch.nn.attention.sdpa_kernel ----------------------
 
 def _sdpa(backend: SDPBackend):
     """An adapter with attn's parameters running F.scaled_dot_product_attention on ``backend`` only."""
-    def adapter(q, k, v, causal=True, scale=None):
+    def adapter(q, k, v, is_causal=False, scale=None):
         with sdpa_kernel(backend):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
+            return F.scaled_dot_product_attention(q, k, v, is_causal=is_causal, scale=scale,
                                                   enable_gqa=q.shape[1] != k.shape[1])
     adapter.__name__ = adapter.__qualname__ = f"sdpa_{backend.name.lower()}"
     return adapter

@@ -98,7 +98,7 @@ def test_coverage_axes_of_attn_and_cross_entropy():
     attn = dict(P.coverage_axes(OPS["attn"]))
     assert attn["dtype"] == ("float32", "bfloat16", "float16")
     assert attn["seq"][-1] == 1024 * 1024 and attn["kv_heads"] == (1, 2, 4, 8, 16, 32, 40, 64, 128)
-    assert attn["causal"] == (True, False) and attn["scale"] == (None, 0.125)
+    assert attn["is_causal"] == (True, False) and attn["scale"] == (None, 0.125)
     ce = dict(P.coverage_axes(OPS["cross_entropy"]))
     assert set(ce) == {"tokens", "vocab", "dtype", "ignore_index", "label_smoothing", "reduction"}
     rms = dict(P.coverage_axes(OPS["rms_norm"]))
@@ -127,7 +127,7 @@ def test_batch_axis_builds_batch():
 
 def _attn(**dims):
     base = {"batch": 2, "q_heads": 32, "kv_heads": 8, "seq": 128, "head_dim": 64}
-    return Case({**base, **dims}, (), "float32", {"causal": True, "scale": None})
+    return Case({**base, **dims}, (), "float32", {"is_causal": True, "scale": None})
 
 
 def test_repair_kv_heads():
@@ -162,7 +162,7 @@ def test_repair_rope_head_dim_even():
 def test_repair_boundaries():
     op = OPS["attn_varlen"]
     case = Case({"total": 8, "q_heads": 4, "kv_heads": 4, "head_dim": 64, "boundaries": 33}, (), "float32",
-                {"causal": True, "scale": None})
+                {"is_causal": True, "scale": None})
     assert P.repair(op, case).dims["boundaries"] == 9
     ok = Case({**case.dims, "total": 4096}, (), "float32", case.args)
     assert P.repair(op, ok).dims["boundaries"] == 33
@@ -276,7 +276,7 @@ def test_the_fit_rule_counts_the_declared_workspace():
     from popcorn.bench.fill import CPU_BUDGET_BYTES
 
     case = P.build(OPS["attn"], {"batch": 1, "q_heads": 8, "kv_heads": 8, "seq": 16384, "head_dim": 64},
-                   "float32", {"causal": True, "scale": None}, ())
+                   "float32", {"is_causal": True, "scale": None}, ())
     assert P.estimated_bytes(OPS["attn"], case) * P.copies("float32", True) < CPU_BUDGET_BYTES
     assert not P.fits(OPS["attn"], case, True, CPU_BUDGET_BYTES)
     plan = P.case_plan(OPS["attn"], CPU_BUDGET_BYTES)
@@ -311,9 +311,9 @@ def test_attn_curves(plans):
     seq = by["curve:production:seq:float32:base"]
     assert seq.fixed_dims == {"batch": 8, "q_heads": 32, "kv_heads": 8, "head_dim": 128}
     assert max(cases[i].dims["seq"] for i in seq.case_ids) <= 32768
-    assert "curve:production:seq:bfloat16:arg-causal-false" in by
+    assert "curve:production:seq:bfloat16:arg-is_causal-false" in by
     assert "curve:production:seq:bfloat16:arg-scale-0.125" in by
-    assert "curve:production:head_dim:float32:arg-causal-false" not in by  # only the primary axis varies args
+    assert "curve:production:head_dim:float32:arg-is_causal-false" not in by  # only the primary axis varies args
     long = by["curve:long:seq:float16:base"]
     assert long.fixed_dims == {"batch": 1, "q_heads": 1, "kv_heads": 1, "head_dim": 64}
     assert min(cases[i].dims["seq"] for i in long.case_ids) >= 8192
@@ -394,13 +394,13 @@ def test_slice_drops_instead_of_altering():
                               for p in plan.cases)
     # the swept axis itself may be repaired (kv_heads 40, 64, 128 -> 32), the context may not
     kv = P.slice_cases(OPS["attn"], "kv_heads", {"dtype": "float32", "batch": 2, "q_heads": 32, "seq": 256,
-                                                  "head_dim": 64, "causal": True, "scale": None}, BIG)
+                                                  "head_dim": 64, "is_causal": True, "scale": None}, BIG)
     assert sorted(p.case.dims["kv_heads"] for p in kv.cases) == [1, 2, 4, 8, 16, 32]
 
 
 def test_slice_missing_context():
     op = OPS["attn"]
-    with pytest.raises(ValueError, match=r"lacks .*kv_heads.*causal.*scale"):
+    with pytest.raises(ValueError, match=r"lacks .*kv_heads.*is_causal.*scale"):
         P.slice_cases(op, "seq", {"dtype": "float32", "batch": 1, "q_heads": 8, "head_dim": 64}, BIG)
     with pytest.raises(ValueError, match="lacks \\.\\.\\."):
         P.slice_cases(OPS["rms_norm"], "normalized_shape", {"dtype": "float32", "eps": 1e-6}, BIG)

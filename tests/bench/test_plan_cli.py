@@ -46,7 +46,7 @@ def test_watchdog_budgets_have_a_compile_floor_and_grow_with_the_case():
     assert watchdog(op, "compile", large, 300) > watchdog(op, "compile", small, 300) + 60
     sdpa = OPS["attn"]
     case = build(sdpa, {"batch": 1, "q_heads": 8, "kv_heads": 8, "seq": 128, "head_dim": 64}, "bfloat16",
-                 {"causal": True, "scale": None}, ())
+                 {"is_causal": True, "scale": None}, ())
     p = Planned(case, True, "production-bfloat16-grad", "x")
     assert watchdog(sdpa, "sdpa:flash", p, 300) < 70  # nothing to compile: the reference's floor
 

@@ -9,11 +9,11 @@ from popcorn.kernels.attn import attn
 from .check import TOL, agree
 
 
-def independent(q, k, v, causal, scale):
+def independent(q, k, v, is_causal, scale):
     # q head h reads kv head h // group (consecutive q heads share one kv head)
     group = q.shape[1] // k.shape[1]
     idx = torch.arange(q.shape[1]) // group
-    return F.scaled_dot_product_attention(q, k[:, idx], v[:, idx], is_causal=causal, scale=scale)
+    return F.scaled_dot_product_attention(q, k[:, idx], v[:, idx], is_causal=is_causal, scale=scale)
 
 
 CASES = [
@@ -27,15 +27,16 @@ CASES = [
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
 @pytest.mark.parametrize("dims,causal,scale", CASES)
 def test_matches_fp64(dims, causal, scale, dtype):
-    agree(attn, independent, Case(dims, (), dtype, {"causal": causal, "scale": scale}))
+    agree(attn, independent, Case(dims, (), dtype, {"is_causal": causal, "scale": scale}))
 
 
 def test_causal_first_row_reads_only_first_value():
-    args = make_inputs(attn, Case({"batch": 1, "q_heads": 4, "kv_heads": 2, "seq": 6, "head_dim": 8}, (), "float64"))
+    args = make_inputs(attn, Case({"batch": 1, "q_heads": 4, "kv_heads": 2, "seq": 6, "head_dim": 8}, (), "float64",
+                                  {"is_causal": True}))
     out = attn(**args)
     torch.testing.assert_close(out[:, :, 0], args["v"].repeat_interleave(2, dim=1)[:, :, 0])
     # the last row sees everything: causal and full attention agree there, and nowhere else in general
-    full = attn(**{**args, "causal": False})
+    full = attn(**{**args, "is_causal": False})
     torch.testing.assert_close(out[:, :, -1], full[:, :, -1])
     assert not torch.allclose(out[:, :, 1], full[:, :, 1])
 
@@ -69,7 +70,7 @@ def test_wrong_shape_names_dim():
 def _sdpa_cases():
     for dtype in ("float32", "bfloat16", "float16"):
         for dims, causal, scale in CASES:
-            yield Case(dims, (), dtype, {"causal": causal, "scale": scale})
+            yield Case(dims, (), dtype, {"is_causal": causal, "scale": scale})
 
 
 @pytest.mark.parametrize("backend", ["sdpa:math", "sdpa:flash"])
@@ -95,3 +96,9 @@ def test_a_sequence_major_layout_is_named_as_a_layout_mismatch():
     k = v = torch.randn(2, 16, 2, 64)
     with pytest.raises(DispatchError, match=r"layout: q, k and v are \(batch, heads, seq, head_dim\)"):
         attn(q, k, v)
+
+
+def test_called_like_sdpa_causal_off_by_default():
+    q, k, v = torch.randn(1, 2, 5, 8), torch.randn(1, 2, 5, 8), torch.randn(1, 2, 5, 8)
+    torch.testing.assert_close(attn(q, k, v), F.scaled_dot_product_attention(q, k, v))
+    torch.testing.assert_close(attn(q, k, v, is_causal=True), F.scaled_dot_product_attention(q, k, v, is_causal=True))
