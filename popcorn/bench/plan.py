@@ -307,7 +307,6 @@ def _largest_divisor(n: int, cap: int) -> int:
 # A rule runs only when the dims/args it reads are present in the case.
 _DIM_RULES = {
     "kv_heads": (("q_heads",), lambda v, d, b, a: _largest_divisor(d["q_heads"], v)),
-    "cos_batch": (("batch",), lambda v, d, b, a: v if v in (1, d["batch"]) else 1),
     "boundaries": (("total",), lambda v, d, b, a: min(v, d["total"] + 1)),
 }
 _ARG_RULES = {
@@ -315,13 +314,15 @@ _ARG_RULES = {
 }
 # Dims an op's kernel halves without a derived token saying so (rope rotates head_dim's halves).
 _EVEN_DIMS = {"rope": ("head_dim",)}
+# Leading '...' an op broadcasts against a dim (rope's cos/sin: none, 1 or the batch).
+_BATCH_RULES = {"rope": (("batch",), lambda b, d: b if b in ((), (1,), (d["batch"],)) else (1,))}
 
 
 def repair(op, case: Case) -> Case:
     """Snap independently drawn values onto the op's cross-axis relations (idempotent).
 
-    kv_heads -> the largest divisor of q_heads <= min(q_heads, kv_heads); cos_batch in {1, batch}
-    (else 1); boundaries <= total + 1; num_groups -> the largest divisor of channels <= num_groups;
+    kv_heads -> the largest divisor of q_heads <= min(q_heads, kv_heads); rope's cos/sin batch in
+    {none, 1, batch} (else 1); boundaries <= total + 1; num_groups -> the largest divisor of channels <= num_groups;
     rope's head_dim rounded down to even (min 2).
     """
     dims = dict(case.dims)
@@ -335,9 +336,13 @@ def repair(op, case: Case) -> Case:
     for name, (needs, rule) in _ARG_RULES.items():
         if isinstance(args.get(name), int) and all(n in dims for n in needs):
             args[name] = rule(args[name], dims, case.batch, args)
-    if dims == case.dims and args == case.args:
+    batch = case.batch
+    needs, rule = _BATCH_RULES.get(op.name, ((), None))
+    if rule is not None and all(n in dims for n in needs):
+        batch = rule(batch, dims)
+    if dims == case.dims and args == case.args and batch == case.batch:
         return case
-    return Case(dims, case.batch, case.dtype, args, case.present)
+    return Case(dims, batch, case.dtype, args, case.present)
 
 
 def _inputs(op, case: Case):

@@ -55,7 +55,6 @@ DIMS: dict[str, Dim] = _dims(
     Dim("kv_heads", (1, 2, 4, 8, 16, 32, 40, 64, 128), 8, 1),
     Dim("head_dim", _HEAD_DIM_POOL, 128, 64),
     Dim("batch", (1, 2, 4, 8, 16, 32, 64), 8, 1),
-    Dim("cos_batch", (1, 2, 4, 8), 1),
     Dim("width", (8, 16, 17, 33, 64, 128, 256, 512, 1024), 256, 64),
     Dim("rows", _MATRIX_POOL, 4096, 256),
     Dim("cols", _MATRIX_POOL, 4096, 256),

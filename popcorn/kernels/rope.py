@@ -1,4 +1,8 @@
-"""rope: rotary position embedding of queries and keys (HF Llama apply_rotary_pos_emb)."""
+"""rope: rotary position embedding of queries and keys (HF Llama apply_rotary_pos_emb).
+
+cos and sin are (seq, head_dim), one table for the whole batch, or (batch, seq, head_dim) as HF
+passes them (1 broadcasts); they broadcast over the heads.
+"""
 
 import torch
 
@@ -9,12 +13,12 @@ ROPE_BASE = 10000.0
 
 
 def _rotary_table(shape, case, generator, *, fn):
-    """A real rotary table of ``shape`` = (cos_batch, seq, head_dim): positions 0..seq-1 in every row."""
-    cos_batch, seq, head_dim = shape
+    """A real rotary table of ``shape`` = ([batch,] seq, head_dim): positions 0..seq-1 in every row."""
+    *lead, seq, head_dim = shape
     inv_freq = ROPE_BASE ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
     freqs = torch.outer(torch.arange(seq, dtype=torch.float64), inv_freq)
     emb = torch.cat((freqs, freqs), dim=-1)[..., :head_dim]  # odd head_dim (rejected by rope) still fits
-    return fn(emb).expand(cos_batch, seq, head_dim).clone()
+    return fn(emb).expand(*lead, seq, head_dim).clone()
 
 
 def _cos(shape, case, generator):
@@ -34,8 +38,8 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 def rope(
     q: Float["batch q_heads seq head_dim"],
     k: Float["batch kv_heads seq head_dim"],
-    cos: Float["cos_batch seq head_dim"],
-    sin: Float["cos_batch seq head_dim"],
+    cos: Float["... seq head_dim"],
+    sin: Float["... seq head_dim"],
 ) -> tuple[Float["batch q_heads seq head_dim"], Float["batch kv_heads seq head_dim"]]:
     """Rotary position embedding of queries and keys with rotate_half, as in HF Llama, computed in fp32.
 
@@ -47,11 +51,12 @@ def rope(
     head_dim = q.shape[-1]
     if head_dim % 2:
         raise ValueError(f"rope: head_dim must be even to rotate halves, got {head_dim}")
-    batch, cos_batch = q.shape[0], cos.shape[0]
-    if cos_batch not in (1, batch):
-        raise ValueError(f"rope: cos/sin batch (cos_batch={cos_batch}) must be 1 or the q/k batch ({batch})")
-    c = upcast(cos).unsqueeze(1)  # (cos_batch, 1, seq, head_dim): one table for every head
-    s = upcast(sin).unsqueeze(1)
+    batch, lead = q.shape[0], tuple(cos.shape[:-2])
+    if lead not in ((), (1,), (batch,)):
+        raise ValueError(f"rope: cos/sin of shape {list(cos.shape)}: their leading dims {list(lead)} must be none "
+                         f"(one table for the batch), 1, or the q/k batch ({batch})")
+    c = upcast(cos).reshape(-1, *cos.shape[-2:]).unsqueeze(1)  # (1 or batch, 1, seq, head_dim): every head
+    s = upcast(sin).reshape(-1, *sin.shape[-2:]).unsqueeze(1)
     qf, kf = upcast(q), upcast(k)
     q_out = qf * c + _rotate_half(qf) * s
     k_out = kf * c + _rotate_half(kf) * s

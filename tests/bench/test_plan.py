@@ -140,16 +140,17 @@ def test_repair_kv_heads():
     assert P.repair(op, ok) is ok
 
 
-def _rope(**dims):
-    base = {"batch": 8, "q_heads": 32, "kv_heads": 8, "seq": 64, "head_dim": 128, "cos_batch": 1}
-    return Case({**base, **dims}, (), "float32", {})
+def _rope(cos_batch=(), **dims):
+    base = {"batch": 8, "q_heads": 32, "kv_heads": 8, "seq": 64, "head_dim": 128}
+    return Case({**base, **dims}, cos_batch, "float32", {})
 
 
-def test_repair_cos_batch():
+def test_repair_rope_table_batch():
     op = OPS["rope"]
-    assert P.repair(op, _rope(cos_batch=4)).dims["cos_batch"] == 1
-    assert P.repair(op, _rope(cos_batch=8)).dims["cos_batch"] == 8
-    assert P.repair(op, _rope(batch=1, cos_batch=2)).dims["cos_batch"] == 1
+    assert P.repair(op, _rope((4,))).batch == (1,)
+    assert P.repair(op, _rope((8,))).batch == (8,)
+    assert P.repair(op, _rope((2,), batch=1)).batch == (1,)
+    assert P.repair(op, _rope(())).batch == ()  # one (seq, head_dim) table for the whole batch
 
 
 def test_repair_rope_head_dim_even():

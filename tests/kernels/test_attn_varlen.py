@@ -55,7 +55,7 @@ def test_each_sequence_matches_attn_alone():
     out = attn_varlen(**args)
     cu = args["cu_seqlens"].tolist()
     for s, e in zip(cu[:-1], cu[1:]):
-        one = attn(*(args[n][s:e].transpose(0, 1)[None] for n in ("q", "k", "v")))
+        one = attn(*(args[n][s:e].transpose(0, 1)[None] for n in ("q", "k", "v")), is_causal=True)
         torch.testing.assert_close(out[s:e], one[0].transpose(0, 1))
 
 
