@@ -8,7 +8,7 @@ from popcorn.core import Case
 from popcorn.core.inputs import make_inputs
 from popcorn.kernels import OPS
 
-SMALL = {"q_heads": 4, "kv_heads": 2, "cos_batch": 1, "boundaries": 3, "channels": 32, "vocab": 17,
+SMALL = {"q_heads": 4, "kv_heads": 2, "boundaries": 3, "channels": 32, "vocab": 17,
          "head_dim": 8, "total": 12}
 
 
