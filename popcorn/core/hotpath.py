@@ -89,7 +89,7 @@ def make(memo, benched, _defaults):
     def __call__(self, {", ".join(call_params)}, backend=None, bench=None, **_unknown):
         if backend is None and not _extra and not _unknown:
             if self.library is not None and (dynamo_compiling() or {_COMPILING}):
-                return self.library({passed})  # traced: one opaque op, no graph break
+                return self.traced({passed})  # decided while tracing; no graph break
             try:  # bench=True: signatures whose case already has evidence decide like plain calls
                 fn = (benched if bench else memo)[({key_s})]
             except (KeyError, TypeError, AttributeError):  # new signature, unhashable or missing argument

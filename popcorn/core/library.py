@@ -1,4 +1,10 @@
-"""torch.library integration: each op is also ``torch.ops.popcorn.<name>``.
+"""torch.compile integration: calls decided while tracing, and ``torch.ops.popcorn.<name>`` custom ops.
+
+A call inside torch.compile is decided once, while dynamo traces it (:func:`traced_call`): the
+decision runs eagerly on the call's shapes, dtypes and devices and enters the graph as a constant.
+When it picks the reference or the compile backend, the reference itself is traced, so the graph
+costs what the same model calling it directly costs and inductor fuses it with its neighbours.
+Any other backend runs as one opaque custom op:
 
 Under torch.compile an Op call becomes one opaque custom op: its fake (meta) implementation is
 the reference, so tracing never breaks the graph, and at run time it dispatches like an eager
@@ -13,6 +19,8 @@ import inspect
 import typing
 
 import torch
+
+from .registry import REFERENCE
 
 _SCALAR = {float: "float", int: "int", bool: "bool", str: "str"}
 
@@ -167,3 +175,54 @@ def define(op):
 
     torch.library.register_autograd(f"popcorn::{op.name}", backward, setup_context=setup_context, lib=_LIB)
     return custom
+
+
+# Backends whose code is the reference: inside a compiled graph they are the reference, traced.
+TRACED_AS_REFERENCE = frozenset({REFERENCE, "compile"})
+
+
+def _spec(value):
+    """What a decision reads of an argument, as constants dynamo can pass to an eager function."""
+    if isinstance(value, torch.Tensor):
+        return ("tensor", value.shape, value.dtype, value.device, value.requires_grad)
+    return value
+
+
+def _stand_in(spec):
+    """An argument for the decision: a tensor spec becomes a one-element tensor expanded to its shape."""
+    if not (isinstance(spec, tuple) and spec and spec[0] == "tensor"):
+        return spec
+    _, shape, dtype, device, requires_grad = spec
+    return torch.empty((), dtype=dtype, device=device, requires_grad=requires_grad).expand(shape)
+
+
+def _decide_for_graph(name: str, specs: tuple, grad_enabled: bool) -> str:
+    """The backend a call with these argument specs runs inside a compiled graph (run eagerly while
+    dynamo traces; its result is a constant of the graph)."""
+    op = _TRACED[name]
+    arguments = dict(zip(op.signature.parameters, (_stand_in(s) for s in specs)))
+    with torch.set_grad_enabled(grad_enabled):
+        op.bind(arguments)
+        return op.choose(arguments, op.needs_grad(arguments), graph=True).name
+
+
+# torch._dynamo.assume_constant_result(_decide_for_graph), without importing dynamo on `import popcorn`
+# (the decorator sets this flag; tests/dispatch/test_library.py checks it still does)
+_decide_for_graph._dynamo_marked_constant = True
+_TRACED: dict = {}
+
+
+def traced_call(op):
+    """What ``op(...)`` runs while torch.compile traces it: the reference (traced, fusable) when the
+    decision is the reference or compile, else the opaque custom op."""
+    _TRACED[op.name] = op
+    names = list(op.signature.parameters)
+    traceable = op.fake is op.reference  # a reference that reads tensor values (varlen) stays opaque
+
+    def call(*args, **kwargs):
+        values = args + tuple(kwargs[n] for n in names[len(args):] if n in kwargs)
+        choice = _decide_for_graph(op.name, tuple(_spec(v) for v in values), torch.is_grad_enabled())
+        if traceable and choice in TRACED_AS_REFERENCE:
+            return op.reference(*args, **kwargs)
+        return op.library(*args, **kwargs)
+    return call

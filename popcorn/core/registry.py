@@ -258,6 +258,7 @@ class Op:
         self._benched: dict = {}  # the memo of bench-mode calls whose case has its evidence
         self._graph_memo: dict = {}  # decisions for calls inside compiled graphs (ranked by device time)
         self.library = None  # torch.ops.popcorn.<name>, once enable_library() ran
+        self.traced = None  # what a call inside torch.compile runs (library.traced_call)
         self.implementations[REFERENCE] = Implementation(self, REFERENCE, fn=fn)
         functools.update_wrapper(self, fn)
         params = list(self.signature.parameters.values()) + [
@@ -404,9 +405,10 @@ class Op:
     def enable_library(self) -> None:
         """Register ``torch.ops.popcorn.<name>`` so compiled code calls the op opaquely."""
         if self.library is None and self.outputs:
-            from .library import define
+            from .library import define, traced_call
 
             self.library = define(self)
+            self.traced = traced_call(self)
 
     def forget(self) -> None:
         """Drop memoized decisions (new evidence arrived)."""

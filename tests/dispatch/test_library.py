@@ -90,3 +90,54 @@ def test_compiled_calls_decide_once(monkeypatch, tmp_path):
     for _ in range(5):
         f(x, w)
     assert decided == ["rms_norm"]  # decided once (ranked for a graph); later compiled calls read the memo
+
+
+def _graph_targets(fn, *args):
+    """The call targets of the FX graph torch.compile traces for fn(*args)."""
+    targets = []
+
+    def backend(gm, example_inputs):
+        targets.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+        return gm.forward
+    torch.compile(fn, backend=backend, fullgraph=True)(*args)
+    return targets
+
+
+def test_a_reference_decision_is_traced_inline_and_another_backend_stays_opaque(tmp_path, monkeypatch):
+    import popcorn
+    from popcorn.core import Backend, Float, declare_backend, register_kernel
+    from popcorn.dispatch import forget
+
+    monkeypatch.setenv("POPCORN_CACHE_DIR", str(tmp_path))
+    forget()
+    torch._dynamo.reset()
+    x, w = torch.randn(4, 8), torch.randn(8)
+    inline = _graph_targets(lambda x, w: rms_norm(x, w) * 2, x, w)
+    assert not any("popcorn" in t for t in inline)  # the reference's own ops: inductor can fuse them
+    declare_backend(Backend("toy", None))
+
+    @register_kernel(compile=False)
+    def toy_double(x: Float["... hidden"]) -> Float["... hidden"]:
+        """Double.
+
+        $$y = 2x$$
+        """
+        return 2 * x
+    toy_double.register("toy:eager", lambda x: x + x)
+    toy_double.enable_library()
+    torch._dynamo.reset()
+    with popcorn.use("toy:eager"):
+        opaque = _graph_targets(lambda x: toy_double(x) + 1, x)
+        got = torch.compile(lambda x: toy_double(x) + 1, fullgraph=True, backend="aot_eager")(x)
+    assert "popcorn.toy_double.default" in opaque
+    torch.testing.assert_close(got, 2 * x + 1)
+
+
+def test_the_traced_decision_is_marked_as_dynamo_would_mark_it():
+    import torch._dynamo
+
+    from popcorn.core import library
+
+    marked = torch._dynamo.assume_constant_result(lambda: 0)
+    flags = {k for k in vars(marked) if k.startswith("_dynamo")}
+    assert flags == {"_dynamo_marked_constant"} and all(getattr(library._decide_for_graph, k) for k in flags)
