@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import math
+import operator
 import typing
 
 import torch
@@ -184,7 +186,14 @@ TRACED_AS_REFERENCE = frozenset({REFERENCE, "compile"})
 def _spec(value):
     """What a decision reads of an argument, as constants dynamo can pass to an eager function."""
     if isinstance(value, torch.Tensor):
-        return ("tensor", value.shape, value.dtype, value.device, value.requires_grad)
+        # a decision is per shape: operator.index makes dynamo specialize a symbolic size (a guard on it)
+        # where int() would not, so dynamic-shape graphs recompile per shape popcorn ops see
+        return ("tensor", tuple(operator.index(d) for d in value.shape), value.dtype, value.device,
+                value.requires_grad)
+    if isinstance(value, float):  # likewise for a float dynamo traces symbolically (fsum specializes it)
+        return math.fsum((value,))
+    if isinstance(value, int) and not isinstance(value, bool):
+        return operator.index(value)
     return value
 
 

@@ -141,3 +141,11 @@ def test_the_traced_decision_is_marked_as_dynamo_would_mark_it():
     marked = torch._dynamo.assume_constant_result(lambda: 0)
     flags = {k for k in vars(marked) if k.startswith("_dynamo")}
     assert flags == {"_dynamo_marked_constant"} and all(getattr(library._decide_for_graph, k) for k in flags)
+
+
+def test_dynamic_shape_compiles_specialize_the_shapes_popcorn_decides_on():
+    torch._dynamo.reset()
+    f = torch.compile(lambda x, w: rms_norm(x, w) * 2, dynamic=True, fullgraph=True)
+    for rows in (4, 7, 4):
+        x, w = torch.randn(rows, 8), torch.randn(8)
+        torch.testing.assert_close(f(x, w), rms_norm.reference(x, w) * 2)
