@@ -36,7 +36,7 @@ def test_compiled_fullgraph_matches_eager_with_gradients(case):
 # -- every op compiles whole, cold: no decision made yet, no eager call before ----------------------
 
 def _small_inputs(op, grad):
-    from tests.kernels.test_compile_all import small_case
+    from tests.kernels.test_conformance import small_case
     from popcorn.core.inputs import make_inputs
 
     args = make_inputs(op, small_case(op), seed=0)

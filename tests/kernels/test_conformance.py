@@ -1,0 +1,57 @@
+"""Conformance: every registered backend of every op agrees with the reference on a small case, gradients
+included, judged by the harness exactly as a fill judges it. A backend registered later is picked up
+without editing this file; one that cannot run here (a CUDA-only kernel on the CPU) is skipped with
+the reason its gates or predicate give."""
+
+import pytest
+
+from popcorn.bench.compare import check
+from popcorn.bench.plan import repair
+from popcorn.core import Case
+from popcorn.core.inputs import make_inputs
+from popcorn.kernels import OPS
+
+SMALL = {"q_heads": 4, "kv_heads": 2, "boundaries": 3, "channels": 32, "vocab": 17,
+         "head_dim": 8, "total": 12}
+
+
+def small_case(op) -> Case:
+    names = {n for spec in op.specs.values() for n in spec.names}
+    dims = {n: SMALL.get(n, 8) for n in names}
+    batch = (3,) if any(spec.variadic for spec in op.specs.values()) else ()
+    return repair(op, Case(dims, batch, "float32", {}, tuple(op.optional)))  # rope's table batch: none, 1 or batch
+
+
+PAIRS = [(op.name, impl) for op in OPS.values() for impl in op.implementations if impl != "torch"]
+
+
+def case_for(op, impl) -> Case:
+    """The small case in the first dtype the backend's static gates admit."""
+    case = small_case(op)
+    for dtype in ("float32", "bfloat16", "float16"):
+        if op[impl].admits_static(dtype, case.args, case.present):
+            return Case(case.dims, case.batch, dtype, case.args, case.present)
+    return case
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, impl", PAIRS, ids=[f"{n}-{i}" for n, i in PAIRS])
+def test_every_backend_matches_the_reference(name, impl):
+    op = OPS[name]
+    backend = op[impl]
+    case = case_for(op, impl)
+    grad = not backend.forward_only
+    reason = backend.rejects(make_inputs(op, case, seed=0), grad)
+    if reason:
+        pytest.skip(f"{impl} cannot run {name} {case.label} here: {reason}")
+    result = check(op.reference, lambda **a: backend.invoke(a), lambda t: make_inputs(op, case, seed=t),
+                   trials=2, grad=grad, out_dtypes=backend.expected_dtypes)
+    assert result.status == "pass", f"{name}:{impl} {case.label}: {result.status}: {result.reason}"
+    assert result.bwd or not grad, "gradients were checked"
+
+
+def test_catalog_has_twenty_one_ops_with_torch_and_compile():
+    assert len(OPS) == 21
+    for op in OPS.values():
+        assert list(op.implementations)[:2] == ["torch", "compile"]
+    assert {"sdpa:flash", "sdpa:efficient", "sdpa:cudnn", "sdpa:math"} <= set(OPS["attn"].implementations)
