@@ -11,9 +11,7 @@ def _catalog(args) -> int:
     from popcorn.core.backends import BACKENDS
     from popcorn.kernels import OPS
 
-    unknown = [name for name in args.ops if name not in OPS]
-    if unknown:
-        print(f"unknown op(s): {', '.join(unknown)}; known: {', '.join(sorted(OPS))}", file=sys.stderr)
+    if _unknown_ops(args.ops, OPS):
         return 2
     ops = [OPS[n] for n in (args.ops or sorted(OPS))]
     if args.json:
@@ -51,9 +49,7 @@ def _fill(args) -> int:
     from popcorn.bench.fill import fill
     from popcorn.kernels import OPS
 
-    unknown = [n for n in args.ops if n not in OPS]
-    if unknown:
-        print(f"unknown op(s): {', '.join(unknown)}; known: {', '.join(sorted(OPS))}", file=sys.stderr)
+    if _unknown_ops(args.ops, OPS):
         return 2
     if args.slice and len(args.ops) != 1:
         print("--slice describes one op's context: name exactly one op", file=sys.stderr)
@@ -73,14 +69,10 @@ def _merge(args) -> int:
     from popcorn.bench import store
     from popcorn.bench.delta import ReportStore
 
-    try:
-        files = store.jsonl_files(args.files or [store.cache_dir()])
-    except FileNotFoundError as e:
-        print(f"popcorn bench merge: {e}", file=sys.stderr)
+    shards = _read_shards("merge", args.files or [store.cache_dir()])
+    if shards is None:
         return 2
-    bad: list = []
-    rows = [r for f in files for r in store.read_file(f, bad)]
-    _report_skipped(bad)
+    rows, files, bad = shards
     target = ReportStore()
     metrics = target.merge(rows)
     print(f"merged {len(rows)} rows from {len(files)} file(s) into {target.uri}: "
@@ -99,15 +91,11 @@ def _check(args) -> int:
 
     rows = ReportStore().read()
     if args.include:  # audit shards as if merged, before merging them
-        try:
-            files = store.jsonl_files(args.include)
-        except FileNotFoundError as e:
-            print(f"popcorn bench check: {e}", file=sys.stderr)
+        shards = _read_shards("check", args.include)
+        if shards is None:
             return 2
-        bad: list = []
-        rows = store.merge(rows, [r for f in files for r in store.read_file(f, bad)])
-        _report_skipped(bad)
-        print(f"auditing the store with {len(files)} included file(s) folded in")
+        rows = store.merge(rows, shards[0])
+        print(f"auditing the store with {len(shards[1])} included file(s) folded in")
     return run_check(rows, OPS, release=args.release)
 
 
@@ -115,9 +103,7 @@ def _plan(args) -> int:
     from popcorn.bench.plan_view import run_plan
     from popcorn.kernels import OPS
 
-    unknown = [n for n in args.ops if n not in OPS]
-    if unknown:
-        print(f"unknown op(s): {', '.join(unknown)}; known: {', '.join(sorted(OPS))}", file=sys.stderr)
+    if _unknown_ops(args.ops, OPS):
         return 2
     return run_plan([OPS[n] for n in args.ops], memory_gib=args.device_memory, curves=args.curves_only,
                     strata=args.stratum, cases=not args.summary)
@@ -165,6 +151,30 @@ def _view(args) -> int:
 def _report_skipped(bad: list) -> None:
     for path, line, why in bad:
         print(f"skipped {path}:{line} ({why})", file=sys.stderr)
+
+
+def _unknown_ops(names, ops) -> bool:
+    """Say which names are no op (True), or nothing (False)."""
+    unknown = [n for n in names if n not in ops]
+    if unknown:
+        print(f"unknown op(s): {', '.join(unknown)}; known: {', '.join(sorted(ops))}", file=sys.stderr)
+    return bool(unknown)
+
+
+def _read_shards(command: str, paths) -> tuple | None:
+    """(records, files, skipped lines) of the record files under ``paths``, every skipped line reported;
+    None (after saying why) when a path does not exist."""
+    from popcorn.bench import store
+
+    try:
+        files = store.jsonl_files(paths)
+    except FileNotFoundError as e:
+        print(f"popcorn bench {command}: {e}", file=sys.stderr)
+        return None
+    bad: list = []
+    rows = [r for f in files for r in store.read_file(f, bad)]
+    _report_skipped(bad)
+    return rows, files, bad
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -181,9 +181,9 @@ def watchdog(op: Op, impl: str, planned: planning.Planned, timeout: float) -> fl
     """Seconds a case may take: ``timeout`` is the floor of backends that compile on first use, others
     get at most the reference's 60 s floor; both grow with the case's size. The reference is capped
     at 60 s: a reference that needs longer is out of budget, not compiling."""
-    grow = GROWTH_S_PER_GIB * planning.footprint(op, planned.case, planned.grad) / 2**30
     if impl == REFERENCE:
         return min(timeout, REFERENCE_TIMEOUT)
+    grow = GROWTH_S_PER_GIB * planning.footprint(op, planned.case, planned.grad) / 2**30
     floor = timeout if op[impl].backend.compiles else min(timeout, REFERENCE_TIMEOUT)
     return floor + grow
 
@@ -269,7 +269,7 @@ def fill(ops: list[Op], *, backends: list[str] | None = None, limit: int | None 
                         try:
                             row_dict, ok = worker.run(task, budget_s)
                             if "error" in row_dict:  # raised outside the harness's own handling
-                                status = OOM if "out of memory" in row_dict["error"].lower() else "error"
+                                status = OOM if row_dict.get("oom") else "error"
                                 row = _row_from(op, impl, p.case, p.grad, status, f"worker: {row_dict['error']}",
                                                 dev)
                             else:

@@ -404,9 +404,11 @@ def workspace_bytes(op, case: Case, grad: bool) -> int:
     return op.workspace(case) * (8 + 4) * (2 if grad else 1)
 
 
-def footprint(op, case: Case, grad: bool) -> int:
-    """Bytes one correctness run holds at once: input copies (native, truth, gradients) and workspace."""
-    return estimated_bytes(op, case) * copies(case.dtype, grad) + workspace_bytes(op, case, grad)
+def footprint(op, case: Case, grad: bool, inputs: int | None = None) -> int:
+    """Bytes one correctness run holds at once: input copies (native, truth, gradients) and workspace;
+    ``inputs``: the case's estimated_bytes when already known."""
+    inputs = estimated_bytes(op, case) if inputs is None else inputs
+    return inputs * copies(case.dtype, grad) + workspace_bytes(op, case, grad)
 
 
 def fits(op, case: Case, grad: bool, device_bytes: int) -> bool:
@@ -447,7 +449,7 @@ class _Collector:
             return True
         if cid not in self.bytes:
             self.bytes[cid] = estimated_bytes(self.op, case)
-        if not fits(self.op, case, grad, self.device_bytes):
+        if footprint(self.op, case, grad, self.bytes[cid]) > self.device_bytes * HEADROOM:
             self.unfit.add(cid)
             return False
         self.planned[key] = Planned(case, grad, stratum(profile, case.dtype, grad), series)

@@ -20,7 +20,7 @@ from popcorn.core import Case
 from popcorn.core.inputs import make_inputs
 
 from .api import _record, run_case
-from .compare import Result, describe
+from .compare import Result, describe, is_oom
 from .record import ERROR, SKIP
 
 
@@ -83,7 +83,7 @@ def serve(conn, sentinel: str, device: str) -> None:
         try:
             row = measure_task(task, dev)
         except BaseException as e:  # noqa: BLE001 - report, never die silently
-            row = {"error": describe(e)}
+            row = {"error": describe(e), "oom": is_oom(e)}
         ok = probe(dev)
         path.unlink(missing_ok=True)
         conn.send((row, ok))

@@ -91,16 +91,27 @@ def backward_schema(op) -> str:
     return f"({', '.join(['Tensor?[] grads'] + _params(op, keyword_marker=False))}) -> Tensor[]"
 
 
+def _flattener(op):
+    """(args, kwargs) of a generated call path (positional parameters by position, keyword-only ones by
+    name) -> every argument in signature order."""
+    names = list(op.signature.parameters)
+
+    def flat(args: tuple, kwargs: dict) -> tuple:
+        return args + tuple(kwargs[n] for n in names[len(args):] if n in kwargs)
+    return flat
+
+
 def define(op):
     """Register ``torch.ops.popcorn.<op>`` (one or several tensor outputs) and its backward; returns the op.
 
-    Forward and backward are both opaque custom ops, so tracing never enters popcorn's Python
-    dispatch or a reference that reads tensor values; at run time both dispatch like eager calls.
+    Forward and backward are both opaque custom ops: tracing never enters popcorn's Python dispatch
+    or a reference that reads tensor values; at run time both dispatch like eager calls.
     """
     params = list(op.signature.parameters.values())
     keyword = [p.name for p in params if p.kind is p.KEYWORD_ONLY]
     n_pos = len(params) - len(keyword)
     single = len(op.outputs) == 1
+    ordered = _flattener(op)
 
     def call(args: tuple):
         """A memoized decision first (ranked by device time: inside a graph the host cost per call is gone),
@@ -111,9 +122,6 @@ def define(op):
         except (KeyError, TypeError, AttributeError):  # bench mode never runs inside a compiled graph
             return op._call(pos, kw, None, False, graph=True)
         return fn(*pos, **kw)
-
-    def ordered(args, kwargs) -> tuple:
-        return args + tuple(kwargs[k] for k in keyword[len(args) - n_pos:] if k in kwargs)
 
     # Outputs are contiguous on both sides: a compiled graph plans its views on the fake's strides, and
     # backends (or the reference's autograd) may return other strides than the reference's fake run.
@@ -225,11 +233,11 @@ def traced_call(op):
     """What ``op(...)`` runs while torch.compile traces it: the reference (traced, fusable) when the
     decision is the reference or compile, else the opaque custom op."""
     _TRACED[op.name] = op
-    names = list(op.signature.parameters)
+    flat = _flattener(op)
     traceable = op.fake is op.reference  # a reference that reads tensor values (varlen) stays opaque
 
     def call(*args, **kwargs):
-        values = args + tuple(kwargs[n] for n in names[len(args):] if n in kwargs)
+        values = flat(args, kwargs)
         choice = _decide_for_graph(op.name, tuple(_spec(v) for v in values), torch.is_grad_enabled())
         if traceable and choice in TRACED_AS_REFERENCE:
             return op.reference(*args, **kwargs)

@@ -133,10 +133,9 @@ def _reference_row(rows: list[dict], row: dict) -> dict | None:
     return None
 
 
-def _reference_cost(rows: list[dict], row: dict, grad: bool, graph: bool) -> float | None:
-    """The reference's cost beside ``row``: its own row of that case (device and host time), else the
-    device times the row carries (``ref_*``)."""
-    ref = _reference_row(rows, row)
+def _reference_cost(ref: dict | None, row: dict, grad: bool, graph: bool) -> float | None:
+    """The reference's cost beside ``row``: its own row of that case (``ref``: device and host time),
+    else the device times the row carries (``ref_*``)."""
     if ref is not None and row_ms(ref, grad):
         return row_cost(ref, grad, graph)
     return row_ms(row, grad, "ref_")
@@ -197,13 +196,13 @@ def decide(op, arguments: dict, grad: bool, rows: list[dict] | None = None, here
             verdicts.append(Verdict(name, False, "passed but was never timed here"))
             continue
         near = min(timed, key=lambda r: (_distance(r, call), r["case_id"]))
-        ref = _reference_cost(all_rows, near, grad, graph)
+        ref_row = _reference_row(all_rows, near)
+        ref = _reference_cost(ref_row, near, grad, graph)
         if not ref:
             verdicts.append(Verdict(name, False, "no reference timing beside its nearest record", cited=near))
             continue
         speedup = ref / row_cost(near, grad, graph)
         _warn_foreign(op.name, name, near, here)
-        ref_row = _reference_row(all_rows, near)
         beside = f" ({_times(near, grad)}; the reference {_times(ref_row, grad)})" if ref_row else ""
         where = "in a compiled graph (device time)" if graph else "in eager code (max of device and host time)"
         verdicts.append(Verdict(name, True, f"{speedup:.2f}x the reference {where} at its nearest record{beside}",
