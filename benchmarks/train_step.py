@@ -12,6 +12,10 @@ median of interleaved rounds (CUDA events on a GPU, wall clock on the CPU), with
 from __future__ import annotations
 
 import argparse
+import math
+import contextlib
+import logging
+import os
 import statistics
 import time
 
@@ -108,26 +112,69 @@ def liger_variants():
     return {"rms": rms, "swi": LigerSiLUMulFunction.apply, "ce": ce}
 
 
-def step_ms(fn, args, device, rounds) -> list[float]:
-    def once():
-        loss = fn(*args)
-        loss.backward()
-    once()
-    once()  # compile, autotune and allocate outside the timed rounds
-    times = []
+def step_rounds(variants: dict, args: tuple, device, rounds: int, bench: bool) -> dict[str, list[float] | str]:
+    """Per variant, ``rounds`` timed steps, interleaved round by round so drift hits every variant alike.
+    A variant that runs out of memory is reported as "OOM" and left out of the rounds."""
+    def once(fn):
+        fn(*args).backward()
+
+    times: dict[str, list[float] | str] = {}
+    for label, fn in variants.items():
+        try:
+            # bench mode measures each popcorn call's exact case on its first eager call (the user cache
+            # keeps the rows), so the compiled variant traced afterwards decides from the same evidence
+            with _env("POPCORN_BENCH", "1" if bench and label == "popcorn eager" else None):
+                once(fn)
+            once(fn)  # compile, autotune and allocate outside the timed rounds
+            times[label] = []
+        except torch.OutOfMemoryError:
+            times[label] = "OOM"
+        finally:
+            for t in args[2].values():
+                t.grad = None
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+    live = {label: fn for label, fn in variants.items() if times[label] != "OOM"}
     for _ in range(rounds):
-        if device.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            once()
-            end.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(end))
-        else:
-            t = time.perf_counter()
-            once()
-            times.append((time.perf_counter() - t) * 1e3)
+        for label, fn in live.items():
+            if device.type == "cuda":
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                once(fn)
+                end.record()
+                torch.cuda.synchronize()
+                times[label].append(start.elapsed_time(end))
+            else:
+                t = time.perf_counter()
+                once(fn)
+                times[label].append((time.perf_counter() - t) * 1e3)
     return times
+
+
+@contextlib.contextmanager
+def _env(name: str, value: str | None):
+    old = os.environ.get(name)
+    if value is not None:
+        os.environ[name] = value
+    try:
+        yield
+    finally:
+        if value is not None:
+            if old is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = old
+
+
+class Decisions(logging.Handler):
+    """Collects popcorn's dispatch decisions (logged once per call signature)."""
+
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+
+    def emit(self, record):
+        self.lines.append(record.getMessage())
 
 
 def main() -> None:
@@ -135,10 +182,16 @@ def main() -> None:
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--dtype", default=None, help="default: bfloat16 on CUDA, float32 on CPU")
+    ap.add_argument("--tokens", default=None, help="comma-separated token counts (batch 1), e.g. 16,4096")
+    ap.add_argument("--bench", action="store_true",
+                    help="measure popcorn's exact calls on this device first (bench=True), as a user without "
+                         "published evidence for their shapes would")
     a = ap.parse_args()
     device = torch.device(a.device)
     dtype = getattr(torch, a.dtype) if a.dtype else (torch.bfloat16 if device.type == "cuda" else torch.float32)
     shape, sizes = (GPU_SHAPE, GPU_SIZES) if device.type == "cuda" else (CPU_SHAPE, CPU_SIZES)
+    if a.tokens:
+        sizes = [(1, int(n)) for n in a.tokens.split(",")]
     liger = liger_variants()
     variants = {
         "plain eager": plain_block,
@@ -153,7 +206,12 @@ def main() -> None:
         variants["liger compiled"] = torch.compile(liger_block)
     name = torch.cuda.get_device_name() if device.type == "cuda" else "cpu"
     print(f"{name}, torch {torch.__version__}, {str(dtype).removeprefix('torch.')}, block {shape}; "
-          f"liger {'installed' if liger else 'not installed'}")
+          f"liger {'installed' if liger else 'not installed'}; popcorn evidence: "
+          f"{'measured here first (--bench)' if a.bench else 'the published report only'}")
+    choice_rows: list[str] = []
+    decisions = Decisions()
+    logging.getLogger("popcorn.dispatch").addHandler(decisions)
+    logging.getLogger("popcorn.dispatch").setLevel(logging.INFO)
     print("tokens | " + " | ".join(variants) + " | popcorn/best plain (eager, compiled)")
     for batch, seq in sizes:
         g = torch.Generator(device=device).manual_seed(1)
@@ -161,17 +219,24 @@ def main() -> None:
         targets = torch.randint(0, shape["vocab"], (batch, seq), generator=g, device=device)
         cos, sin = rotary(seq, shape["hidden"] // shape["heads"], dtype, device)
         p = params(shape, dtype, device)
+        args = (tokens, targets, p, cos, sin, shape["heads"], shape["kv_heads"])
+        times = step_rounds(variants, args, device, a.rounds, a.bench)
         medians, cells = {}, []
-        for label, fn in variants.items():
-            times = step_ms(fn, (tokens, targets, p, cos, sin, shape["heads"], shape["kv_heads"]), device, a.rounds)
-            q = statistics.quantiles(times, n=5)
-            medians[label] = statistics.median(times)
+        for label, ts in times.items():
+            if ts == "OOM":
+                medians[label], cells = math.inf, cells + ["OOM"]
+                continue
+            q = statistics.quantiles(ts, n=5)
+            medians[label] = statistics.median(ts)
             cells.append(f"{medians[label]:.2f} ms ({q[0]:.2f}-{q[3]:.2f})")
-            for t in p.values():
-                t.grad = None
         best = min(medians["plain eager"], medians["plain compiled"])
         print(f"{batch * seq} | " + " | ".join(cells) +
-              f" | {medians['popcorn eager'] / best:.2f}, {medians['popcorn compiled'] / best:.2f}")
+              f" | {medians['popcorn eager'] / best:.2f}, {medians['popcorn compiled'] / best:.2f}", flush=True)
+        choice_rows += [f"{batch * seq} tokens: {line}" for line in dict.fromkeys(decisions.lines)]
+        decisions.lines.clear()
+        del p, args
+    print("popcorn's decisions per size (each call signature, eager and in the compiled graph):")
+    print("\n".join(choice_rows))
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ which backend a call would run and why, citing records.
 from __future__ import annotations
 
 import contextlib
+import logging
 
 from popcorn.core import hotpath, registry
 
@@ -15,11 +16,17 @@ from . import evidence
 from .decide import decide
 
 _OPS: dict = {}  # ops that memoized decisions, by name
+log = logging.getLogger("popcorn.dispatch")
 
 
 def _dispatch(op, arguments: dict, grad: bool, graph: bool = False):
     _OPS[op.name] = op
-    return op.implementations[decide(op, arguments, grad, graph=graph).impl]
+    decision = decide(op, arguments, grad, graph=graph)
+    if log.isEnabledFor(logging.INFO):  # once per call signature: the memo answers later calls
+        shapes = " ".join(f"{k}={tuple(v.shape)}" for k, v in arguments.items() if hasattr(v, "shape"))
+        log.info("%s(%s) grad=%s %s: %s", op.name, shapes, grad, "in a compiled graph" if graph else "eager",
+                 decision.explain(_named).splitlines()[0])
+    return op.implementations[decision.impl]
 
 
 def forget(op_name: str | None = None) -> None:

@@ -97,8 +97,11 @@ def row_ms(row: dict, grad: bool, prefix: str = "") -> float | None:
 
 
 def host_ms(row: dict, grad: bool) -> float | None:
-    """Host wall time per call (not synchronized): what an eager loop pays the CPU for the call."""
-    us = row.get("step_host_us" if grad else "host_us")
+    """Host wall time per call (not synchronized): what an eager loop pays the CPU for the call.
+    A gradient row without a step host time (measured before that column) falls back to its forward's:
+    the step pays at least that much, so the bound still keeps launch-bound backends out of eager loops."""
+    us = row.get("step_host_us") if grad else None
+    us = row.get("host_us") if us is None else us
     return None if us is None else us / 1000
 
 

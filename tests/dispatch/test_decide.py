@@ -234,3 +234,18 @@ def test_eager_calls_rank_by_host_time_where_it_dominates_and_compiled_calls_by_
     text = popcorn.explain(op, x)
     assert "inside torch.compile (device time alone ranks there): runs toy:fast" in text
     assert "host 200 us" in text
+
+
+def test_gradient_rows_without_a_step_host_time_fall_back_to_the_forward_host_time():
+    from popcorn.dispatch.decide import decide
+
+    op = make_op()
+    rows = []
+    for hidden in (32, 128):
+        # measured before step_host_us existed: only the forward's host time is known
+        rows += [row(op, "toy:fast", hidden, step=0.01, grad=True), row(op, "torch", hidden, step=0.04, grad=True)]
+        rows[-2].host_us, rows[-1].host_us = 200.0, 50.0
+    store.write(rows)
+    args = op.arguments((torch.randn(4, 64, requires_grad=True),), {})
+    assert decide(op, args, True).impl == "torch"  # the step pays at least its forward's 200 us
+    assert decide(op, args, True, graph=True).impl == "toy:fast"
