@@ -19,7 +19,9 @@ from typing import Callable
 
 import torch
 
+from .calls import cotangents, graded, leaves_of, outputs_of, prepare
 from .record import CRASH, ERROR, FAIL, OOM, PASS
+from .timing import measure
 
 FLOORS = {torch.float64: 1e-10, torch.float32: 2e-5, torch.float16: 1e-3, torch.bfloat16: 2e-2}
 
@@ -133,43 +135,6 @@ def poisoned(like: list | None = None):
         torch.utils.deterministic.fill_uninitialized_memory = fill
 
 
-def outputs_of(out) -> list:
-    return list(out) if isinstance(out, (tuple, list)) else [out]
-
-
-def prepare(arguments: dict, dtype: torch.dtype | None, grad: bool) -> dict:
-    """A fresh copy of ``arguments``; floats cast to ``dtype`` when given, leaves requiring grad when ``grad``."""
-    out = {}
-    for k, v in arguments.items():
-        if isinstance(v, torch.Tensor):
-            v = v.detach()
-            v = v.to(dtype) if dtype is not None and v.is_floating_point() else v.clone()
-            if grad and v.is_floating_point():
-                v.requires_grad_(True)
-        out[k] = v
-    return out
-
-
-def leaves_of(arguments: dict) -> dict[str, torch.Tensor]:
-    return {k: v for k, v in arguments.items() if isinstance(v, torch.Tensor) and v.requires_grad}
-
-
-def cotangents(outputs: list, trial: int) -> list:
-    """N(0,1) cotangents for the outputs, seeded by the trial, drawn in fp64 on the outputs' device."""
-    gens: dict = {}
-    out = []
-    for o in outputs:
-        device = o.device if isinstance(o, torch.Tensor) else torch.device("cpu")
-        g = gens.get(device) or gens.setdefault(device, torch.Generator(device=device).manual_seed(10_000 + trial))
-        shape = o.shape if isinstance(o, torch.Tensor) else ()
-        out.append(torch.randn(shape, generator=g, dtype=torch.float64, device=device))
-    return out
-
-
-def _graded(outputs: list) -> list[int]:
-    return [i for i, o in enumerate(outputs) if isinstance(o, torch.Tensor) and o.requires_grad]
-
-
 def _backward(outputs: list, leaves: dict, cots: list, idx: list[int]) -> dict:
     if not idx:
         return {k: None for k in leaves}
@@ -264,7 +229,7 @@ def check(reference: Callable, candidate: Callable, draw: Callable[[int], dict],
             elif m != t:
                 return Result(FAIL, f"out{i}: {m!r} != {t!r}", fwd, bwd, trial, grad)
         if grad:
-            idx = _graded(truth)
+            idx = graded(truth)
             cots = cotangents(truth, trial)
             try:
                 g_truth = _backward(truth, leaves_of(truth_args), cots, idx)
@@ -273,7 +238,7 @@ def check(reference: Callable, candidate: Callable, draw: Callable[[int], dict],
                 free_memory()
                 return Result(OOM if is_oom(e) else ERROR, f"reference backward: {describe(e)}", fwd, bwd, trial, grad)
             try:
-                mine_idx = _graded(mine)
+                mine_idx = graded(mine)
                 if mine_idx != idx:
                     return Result(FAIL, f"outputs {idx} need gradients, the candidate's graph covers {mine_idx}",
                                   fwd, bwd, trial, grad)
@@ -310,8 +275,6 @@ def compare(mine: Callable, reference: Callable, inputs: dict, *, backward: bool
     Every trial reuses ``inputs``; ``backward`` also checks and times gradients of the floating
     inputs. ``timing`` in the Result carries both sides (``ref_*`` for the reference).
     """
-    from .timing import measure  # timing builds on this module
-
     device = next((v.device for v in inputs.values() if isinstance(v, torch.Tensor)), torch.device("cpu"))
     result = check(reference, mine, lambda trial: inputs, trials=trials, grad=backward)
     if result.passed and benchmark:

@@ -17,6 +17,8 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
+from popcorn.core import events
+
 from .delta import ReportStore
 from .record import CONCLUSIVE, Record, to_arrow
 
@@ -129,9 +131,7 @@ def publish(store: ReportStore, ops: dict, out: Path = BUNDLED, *, force: bool =
     _atomic_write(table_path, json.dumps(dispatch_table(rows, ops, version, store.uri), sort_keys=True).encode(),
                   exclusive=True)
     pointed = _point_current(out, version)
-    from popcorn.dispatch import forget
-
-    forget()  # calls in this process decide again on the new report
+    events.evidence_changed()  # calls in this process decide again on the new report
     if log:
         print(f"published store version {version}: {len(rows)} current rows of {len(records)} -> {table_path}"
               + ("" if pointed else "; CURRENT keeps naming a newer published version"), file=log)

@@ -18,6 +18,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from popcorn.core import events
 from popcorn.core.jsonl import json_lines
 from popcorn.core.paths import cache_dir
 
@@ -128,12 +129,5 @@ def write(records: list[Record], root: Path | None = None) -> None:
             except BaseException:
                 os.unlink(tmp)
                 raise
-    _forget(by_op)
-
-
-def _forget(ops) -> None:
-    """New evidence: dispatch must decide these ops' calls afresh."""
-    from popcorn.dispatch import forget
-
-    for op in ops:
-        forget(op)
+    for op in by_op:  # dispatch decides these ops' calls afresh
+        events.evidence_changed(op)

@@ -17,7 +17,7 @@ from typing import Callable
 
 import torch
 
-from .compare import _graded, cotangents, leaves_of, outputs_of, prepare
+from .calls import cotangents, graded, leaves_of, outputs_of, prepare
 
 GRAPH_BELOW_MS = 1.0  # below this, per-call events carry launch gaps and L2 luck: replay graphs instead
 # Measurement budget per quantity; POPCORN_BENCH_TARGET_MS trades precision for throughput.
@@ -51,7 +51,7 @@ class Step:
         return self._cot
 
     def backward_of(self, outs, retain: bool):
-        idx = _graded(outs)
+        idx = graded(outs)
         cots = self._cots(outs)
         return torch.autograd.grad([outs[i] for i in idx], list(self.leaves.values()), [cots[i] for i in idx],
                                    allow_unused=True, retain_graph=retain)

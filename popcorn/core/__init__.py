@@ -3,11 +3,12 @@
 from .backends import BACKENDS, Backend, declare_backend
 from .case import Case
 from .errors import BackendUnavailable, DispatchError
-from .registry import Implementation, Op, register_kernel
+from .implementation import Gate, Implementation, absent, dtypes, one_of
+from .registry import Op, register_kernel
 from .shapes import BOOL, F32, FLOAT, FP32, HALF, INT, Bool, Float, Half, Int, TensorSpec
 
 __all__ = [
     "BACKENDS", "Backend", "declare_backend", "Case", "BackendUnavailable", "DispatchError",
-    "Implementation", "Op", "register_kernel", "BOOL", "F32", "FLOAT", "FP32", "HALF", "INT",
+    "Gate", "Implementation", "absent", "dtypes", "one_of", "Op", "register_kernel", "BOOL", "F32", "FLOAT", "FP32", "HALF", "INT",
     "Bool", "Float", "Half", "Int", "TensorSpec",
 ]

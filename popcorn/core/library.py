@@ -22,7 +22,7 @@ import typing
 
 import torch
 
-from .registry import REFERENCE
+from .implementation import REFERENCE
 
 _SCALAR = {float: "float", int: "int", bool: "bool", str: "str"}
 

@@ -8,7 +8,6 @@ and ``compile`` (torch.compile of the reference) are registered on every op.
 from __future__ import annotations
 
 import functools
-import importlib
 import inspect
 import os
 import re
@@ -20,168 +19,31 @@ from typing import Any, Callable
 import torch
 
 from . import hotpath, metadata
-from .backends import Backend, family
 from .errors import DispatchError
-from .fingerprint import canonical, fingerprint
+from .fingerprint import fingerprint
 from .hotpath import PREFERENCE
+from .implementation import REFERENCE, Implementation
 from .shapes import Binding, TensorSpec, bind
 
 # Every op made in this process (popcorn.use checks backend names against their implementations).
 INSTANCES: weakref.WeakSet = weakref.WeakSet()
-# Installed by popcorn.dispatch: (op, arguments, grad, graph) -> Implementation. None: the reference runs.
-DISPATCHER = None
 
 
-_IMPL_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*(:[a-z0-9][a-z0-9_-]*)?$")
-REFERENCE = "torch"
+class Layers:
+    """What the layers above core provide to an Op, installed by ``popcorn/__init__`` (the one place
+    that wires the layers together), so core never imports them.
+
+    ``dispatcher(op, arguments, grad, graph) -> Implementation`` decides undecided calls (None: the
+    reference runs); ``harness(name)`` returns the bench layer's ``ensure``/``benchmark``, loaded on
+    first use so ``import popcorn`` stays slim."""
+
+    dispatcher: Callable | None = None
+    harness: Callable[[str], Callable] | None = None
 
 
-def _gate_kind(value) -> str:
-    if value is None:
-        return "absent"
-    if isinstance(value, (set, frozenset)) and value and all(isinstance(v, torch.dtype) for v in value):
-        return "dtype"
-    return "values"
-
-
-@dataclass
-class Implementation:
-    """One backend of one op: a callable with its family, gates, predicate and grad support.
-
-    ``gates`` maps a parameter to ``None`` (the optional tensor must be absent), a set of torch
-    dtypes (the tensor's dtype must be in it) or a collection of admitted scalar values.
-    ``out_dtypes`` declares outputs whose dtype differs from the reference's: output index -> a
-    torch dtype or the name of the tensor parameter whose dtype it takes (Liger's jsd returns its
-    loss in the input dtype where the reference returns fp32). Correctness holds every other
-    output to the reference's dtype.
-    """
-
-    op: Op
-    name: str
-    fn: Callable | None = None  # an adapter called with the reference's parameters by keyword
-    source: str | None = None  # "module:attr", imported on first use, called positionally
-    gates: dict[str, Any] = field(default_factory=dict)
-    predicate: Callable[..., bool] | None = None
-    forward_only: bool = False
-    out_dtypes: dict[int, Any] = field(default_factory=dict)
-
-    def __post_init__(self):
-        if not _IMPL_NAME.match(self.name):
-            raise ValueError(f"bad implementation name {self.name!r}: use 'backend' or 'backend:variant' in [a-z0-9_-]")
-        if (self.fn is None) == (self.source is None):
-            raise ValueError(f"{self.op.name}['{self.name}']: give exactly one of an adapter function or source=")
-        self.backend: Backend = family(self.name)
-        params = list(self.op.signature.parameters)
-        for gate in self.gates:
-            if gate not in params:
-                raise ValueError(f"{self.op.name}['{self.name}']: gate on unknown parameter '{gate}' (have {params})")
-        for index, dtype in self.out_dtypes.items():
-            if not isinstance(index, int) or not (isinstance(dtype, torch.dtype) or dtype in self.op.specs):
-                raise ValueError(f"{self.op.name}['{self.name}']: out_dtypes maps an output index to a torch dtype "
-                                 f"or a tensor parameter ({list(self.op.specs)}), got {index!r}: {dtype!r}")
-        if self.fn is not None and self.name != REFERENCE:
-            got = list(inspect.signature(self.fn).parameters)
-            if got != params:
-                raise ValueError(f"{self.op.name}['{self.name}']: adapter parameters {got} must be the reference's {params}")
-
-    @functools.cached_property
-    def impl_hash(self) -> str:
-        """The fingerprint of everything this implementation runs and declares (computed on first use:
-        a ``source=`` kernel is imported for it)."""
-        fn = self._resolved
-        declared = (f"gates={canonical(self.gates)};forward_only={self.forward_only};"
-                    f"out_dtypes={canonical(self.out_dtypes)};recipe={canonical(getattr(fn, 'recipe', None))}")
-        return fingerprint(fn, self.predicate, declared=declared)
-
-    @functools.cached_property
-    def _resolved(self) -> Callable:
-        if self.fn is not None:
-            return self.fn
-        module, _, attr = self.source.partition(":")
-        obj = importlib.import_module(module)
-        for part in attr.split("."):
-            obj = getattr(obj, part)
-        return obj
-
-    @property
-    def available(self) -> bool:
-        return self.backend.available
-
-    def rejects(self, arguments: dict, grad: bool) -> str | None:
-        """Why this implementation cannot serve the call, or None when it can."""
-        problem = self.backend.problem()
-        if problem:
-            return problem
-        if self.forward_only and grad:
-            return "no backward implementation (forward_only); call under torch.no_grad() or pick another backend"
-        for name, gate in self.gates.items():
-            value = arguments.get(name)
-            kind = _gate_kind(gate)
-            if kind == "absent" and value is not None:
-                return f"'{name}' must be None"
-            if kind == "dtype" and isinstance(value, torch.Tensor) and value.dtype not in gate:
-                allowed = ", ".join(sorted(str(d).removeprefix("torch.") for d in gate))
-                return f"'{name}' dtype {str(value.dtype).removeprefix('torch.')} is not one of {allowed}"
-            if kind == "values" and value not in gate:
-                return f"'{name}'={value!r} is not one of {sorted(gate, key=repr)}"
-        if self.predicate is not None and not self.predicate(**arguments):
-            return f"predicate {getattr(self.predicate, '__name__', 'predicate')} declined the call"
-        return None
-
-    def admits_static(self, dtype: str, args: dict, present) -> bool:
-        """Whether the static gates admit a case of this dtype, scalar args and present optionals
-        (what the plan and the audit can know before any tensor exists; predicates need tensors)."""
-        for name, gate in self.gates.items():
-            kind = _gate_kind(gate)
-            if kind == "absent":
-                if name in present:
-                    return False
-            elif kind == "dtype":
-                spec = self.op.specs.get(name)
-                if spec is None or (spec.optional and name not in present):
-                    continue
-                names = {str(d).removeprefix("torch.") for d in spec.dtypes}
-                # inputs are cast to the spec's first admitted dtype when the case dtype is not admitted
-                actual = dtype if dtype in names else str(sorted(spec.dtypes, key=str)[0]).removeprefix("torch.")
-                if actual not in {str(d).removeprefix("torch.") for d in gate}:
-                    return False
-            elif name in args and args[name] not in gate:
-                return False
-        return True
-
-    def expected_dtypes(self, arguments: dict) -> dict[int, torch.dtype]:
-        """The declared output dtypes for a call with ``arguments`` (output index -> dtype)."""
-        return {i: d if isinstance(d, torch.dtype) else arguments[d].dtype for i, d in self.out_dtypes.items()}
-
-    def invoke(self, arguments: dict):
-        fn = self._resolved
-        if self.fn is not None:
-            return fn(**arguments)
-        return fn(*arguments.values())
-
-    def specialized(self, arguments: dict) -> Callable:
-        """What a memoized call runs: a callable taking the op's parameters positionally (keyword-only
-        ones by name), for calls with this signature."""
-        fn = self._resolved
-        special = getattr(fn, "specialize", None)
-        if special is not None:
-            return special(arguments)
-        if self.fn is not None or not any(p.kind is p.KEYWORD_ONLY for p in self.op.signature.parameters.values()):
-            return fn  # adapters take the reference's parameters; sources take them all positionally
-        return lambda *a, **k: self.invoke(self.op.arguments(a, k))
-
-    def __call__(self, *args, **kwargs):
-        return self.op(*args, backend=self.name, **kwargs)
-
-    def __repr__(self) -> str:
-        notes = []
-        if self.forward_only:
-            notes.append("fwd-only")
-        if self.gates:
-            notes.append("gates=" + ",".join(self.gates))
-        if self.predicate is not None:
-            notes.append("predicate")
-        return f"{self.op.name}['{self.name}']" + (f" ({'; '.join(notes)})" if notes else "")
+def install(*, dispatcher: Callable | None = None, harness: Callable | None = None) -> None:
+    Layers.dispatcher = dispatcher or Layers.dispatcher
+    Layers.harness = harness or Layers.harness
 
 
 def _scalar_pool(param: inspect.Parameter, declared) -> tuple:
@@ -398,8 +260,8 @@ class Op:
                 impl = self.implementations.get(name)
                 if impl is not None and impl.rejects(arguments, grad) is None:
                     return impl
-        if DISPATCHER is not None:
-            return DISPATCHER(self, arguments, grad, graph)
+        if Layers.dispatcher is not None:
+            return Layers.dispatcher(self, arguments, grad, graph)
         return self.implementations[REFERENCE]
 
     def enable_library(self) -> None:
@@ -432,9 +294,10 @@ def _trials(trials):
     return {} if trials is None else {"trials": trials}
 
 
-def _harness(name: str):
-    """The harness lives above core (popcorn.bench); reach it lazily so ``import popcorn`` stays slim."""
-    return getattr(importlib.import_module("popcorn.bench.api"), name)
+def _harness(name: str) -> Callable:
+    if Layers.harness is None:
+        raise RuntimeError("the bench layer is not installed: import popcorn (popcorn/__init__ installs it)")
+    return Layers.harness(name)
 
 
 def register_kernel(fn: Callable | None = None, *, name: str | None = None, args: dict | None = None,

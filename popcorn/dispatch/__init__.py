@@ -36,7 +36,7 @@ def forget(op_name: str | None = None) -> None:
         for op in _OPS.values():
             op.forget()
         return
-    evidence._ROWS.pop(op_name, None)
+    evidence.forget(op_name)
     if op_name in _OPS:
         _OPS[op_name].forget()
 
@@ -99,5 +99,3 @@ def explain(op, *args, backend: str | None = None, **kwargs) -> str:
 def _indent(text: str) -> str:
     return "\n".join("  " + line for line in text.splitlines())
 
-
-registry.DISPATCHER = _dispatch

@@ -25,7 +25,7 @@ from functools import reduce
 import torch
 
 from popcorn.core.devices import device_name, device_of
-from popcorn.core.registry import REFERENCE
+from popcorn.core.implementation import REFERENCE
 
 from .evidence import rows_for
 

@@ -35,6 +35,11 @@ def reset() -> None:
     _ROWS.clear()
 
 
+def forget(op_name: str) -> None:
+    """Reload ``op_name``'s rows on its next undecided call (new evidence arrived)."""
+    _ROWS.pop(op_name, None)
+
+
 def _normalize(row: dict) -> dict:
     config = row["config"] if isinstance(row["config"], dict) else json.loads(row["config"])
     return {**row, "config": config, "dims": config["dims"], "batch": tuple(config["batch"]),

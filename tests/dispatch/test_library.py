@@ -83,8 +83,8 @@ def test_compiled_calls_decide_once(monkeypatch, tmp_path):
     monkeypatch.setenv("POPCORN_CACHE_DIR", str(tmp_path))
     forget()
     decided = []
-    real = registry.DISPATCHER
-    monkeypatch.setattr(registry, "DISPATCHER", lambda *a: decided.append(a[0].name) or real(*a))
+    real = registry.Layers.dispatcher
+    monkeypatch.setattr(registry.Layers, "dispatcher", lambda *a: decided.append(a[0].name) or real(*a))
     f = torch.compile(lambda x, w: rms_norm(x, w), fullgraph=True, backend="aot_eager")
     x, w = torch.randn(4, 8), torch.randn(8)
     for _ in range(5):
