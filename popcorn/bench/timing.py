@@ -10,18 +10,17 @@ without synchronizing: what a training loop pays on the CPU side.
 from __future__ import annotations
 
 import math
-import os
 import statistics
 import time
 from typing import Callable
 
 import torch
 
+from popcorn.core.settings import settings
+
 from .calls import cotangents, graded, leaves_of, outputs_of, prepare
 
 GRAPH_BELOW_MS = 1.0  # below this, per-call events carry launch gaps and L2 luck: replay graphs instead
-# Measurement budget per quantity; POPCORN_BENCH_TARGET_MS trades precision for throughput.
-TARGET_MS = float(os.environ.get("POPCORN_BENCH_TARGET_MS", "100"))
 MIN_REPS, MAX_REPS = 10, 2000
 
 
@@ -84,8 +83,9 @@ def time_cpu(call: Callable, setup: Callable = _noop) -> list[float]:
     setup()
     call()  # warm up (first-call allocations, compile)
     samples = []
+    target = settings().bench_target_ms  # precision traded for throughput (POPCORN_BENCH_TARGET_MS)
     start = time.perf_counter()
-    while len(samples) < MIN_REPS or (time.perf_counter() - start) * 1e3 < TARGET_MS and len(samples) < MAX_REPS:
+    while len(samples) < MIN_REPS or (time.perf_counter() - start) * 1e3 < target and len(samples) < MAX_REPS:
         setup()
         t0 = time.perf_counter()
         call()
@@ -111,7 +111,7 @@ class CudaTimer:
         for _ in range(warm):
             setup()
             call()
-        reps = min(max(MIN_REPS, int(TARGET_MS / max(est, 1e-3))), MAX_REPS)
+        reps = min(max(MIN_REPS, int(settings().bench_target_ms / max(est, 1e-3))), MAX_REPS)
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
         for s, e in zip(starts, ends):
@@ -155,7 +155,7 @@ class CudaTimer:
                 calls[i % len(calls)]()
         g.replay()
         torch.cuda.synchronize(self.device)
-        replays = min(max(MIN_REPS, int(TARGET_MS / max(est_ms * per_graph, 1e-3))), 200)
+        replays = min(max(MIN_REPS, int(settings().bench_target_ms / max(est_ms * per_graph, 1e-3))), 200)
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(replays)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(replays)]
         for s, e in zip(starts, ends):

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from .settings import settings
 
 SCHEMA = 1  # the record schema generation; a new one starts a fresh cache directory
 
 
 def cache_dir() -> Path:
     """``$POPCORN_CACHE_DIR`` or ``$XDG_CACHE_HOME/popcorn`` (``~/.cache/popcorn``), then ``v<SCHEMA>/reports``."""
-    root = os.environ.get("POPCORN_CACHE_DIR")
-    if not root:
-        root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "popcorn"
-    return Path(root) / f"v{SCHEMA}" / "reports"
+    return settings().cache_root / f"v{SCHEMA}" / "reports"

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import os
 import re
 import typing
 import weakref
@@ -23,6 +22,7 @@ from .errors import DispatchError
 from .fingerprint import fingerprint
 from .hotpath import PREFERENCE
 from .implementation import REFERENCE, Implementation
+from .settings import settings
 from .shapes import Binding, TensorSpec, bind
 
 # Every op made in this process (popcorn.use checks backend names against their implementations).
@@ -226,7 +226,7 @@ class Op:
         inside a compiled graph (device time ranks there; host time per call does in eager code)."""
         arguments = self.arguments(args, kwargs)
         self.bind(arguments)
-        benched = bench or (bench is None and os.environ.get("POPCORN_BENCH") == "1")
+        benched = bench or (bench is None and settings().bench)
         if benched:
             _harness("ensure")(self, args, kwargs)
         grad = self.needs_grad(arguments)

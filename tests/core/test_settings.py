@@ -1,0 +1,32 @@
+import pytest
+
+from popcorn.core.paths import cache_dir
+from popcorn.core.settings import settings
+
+
+def test_variables_set_after_import_take_effect(monkeypatch, tmp_path):
+    monkeypatch.setenv("POPCORN_CACHE_DIR", str(tmp_path / "a"))
+    monkeypatch.setenv("POPCORN_BENCH", "1")
+    monkeypatch.setenv("POPCORN_STORE", str(tmp_path / "store"))
+    s = settings()
+    assert s.bench and s.store == str(tmp_path / "store") and cache_dir().is_relative_to(tmp_path / "a")
+    monkeypatch.setenv("POPCORN_CACHE_DIR", str(tmp_path / "b"))
+    monkeypatch.delenv("POPCORN_BENCH")
+    assert cache_dir().is_relative_to(tmp_path / "b") and not settings().bench
+
+
+def test_defaults_follow_xdg(monkeypatch, tmp_path):
+    for name in ("POPCORN_CACHE_DIR", "POPCORN_STORE", "POPCORN_REPORT", "POPCORN_BENCH_TARGET_MS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    s = settings()
+    assert s.cache_root == tmp_path / "cache" / "popcorn"
+    assert s.store == str(tmp_path / "data" / "popcorn" / "store")
+    assert s.report_dir is None and s.bench_target_ms == 100
+
+
+def test_a_bad_number_names_the_variable(monkeypatch):
+    monkeypatch.setenv("POPCORN_BENCH_TARGET_MS", "fast")
+    with pytest.raises(ValueError, match="POPCORN_BENCH_TARGET_MS='fast'"):
+        settings()
