@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-SCHEMA = 1  # the record schema generation; a new one starts a fresh cache directory
+from popcorn.schema import VERSION as SCHEMA  # a new record schema generation starts a fresh cache directory
 
 
 def cache_dir() -> Path:

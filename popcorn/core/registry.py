@@ -19,6 +19,8 @@ from typing import Any, Callable
 
 import torch
 
+from popcorn.schema import REFERENCE
+
 from . import hotpath, metadata
 from .backends import Backend, family
 from .errors import DispatchError
@@ -33,7 +35,6 @@ DISPATCHER = None
 
 
 _IMPL_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*(:[a-z0-9][a-z0-9_-]*)?$")
-REFERENCE = "torch"
 
 
 def _gate_kind(value) -> str:
