@@ -109,7 +109,7 @@ assert set(KEY) <= set(NAMES) and set(REFERENCE_FIELDS) <= set(TIMING_FIELDS) an
 
 # -- rules -------------------------------------------------------------------------------------
 
-def value(row, name: str):
+def column(row, name: str):
     """Column ``name`` of ``row``: a mapping (a JSON or Arrow row) or an object (a Record)."""
     return row.get(name) if isinstance(row, Mapping) else getattr(row, name, None)
 
@@ -119,14 +119,14 @@ def is_current(row, ref_hash: str | None, impl_hash: str | None) -> bool:
     today's (``ref_hash`` of the op, ``impl_hash`` of its implementation; None: not registered).
     Stale rows stay visible as history but are evidence for nothing."""
     return (ref_hash is not None and impl_hash is not None
-            and value(row, "ref_hash") == ref_hash and value(row, "impl_hash") == impl_hash)
+            and column(row, "ref_hash") == ref_hash and column(row, "impl_hash") == impl_hash)
 
 
 def is_current_for(row, op) -> bool:
     """:func:`is_current` against ``op`` as registered now (anything with ``ref_hash`` and
     ``implementations``, a mapping of names to objects with ``impl_hash``); False for a row of an
     implementation the op no longer registers."""
-    impl = op.implementations.get(value(row, "impl"))
+    impl = op.implementations.get(column(row, "impl"))
     return impl is not None and is_current(row, op.ref_hash, impl.impl_hash)
 
 
@@ -134,13 +134,13 @@ def why_stale(rows: Iterable, ref_hash: str | None, impl_hash: str | None) -> st
     """Which fingerprint moved on, for rows none of which is current."""
     rows = list(rows)
     which = []
-    if not any(value(r, "ref_hash") == ref_hash for r in rows):
+    if not any(column(r, "ref_hash") == ref_hash for r in rows):
         which.append("reference")
-    if not any(value(r, "impl_hash") == impl_hash for r in rows):
+    if not any(column(r, "impl_hash") == impl_hash for r in rows):
         which.append("implementation")
     return " and ".join(which) + " changed" if which else "no row matches both fingerprints"
 
 
 def rank(row) -> tuple:
     """The merge rule as an order: a conclusive row beats an inconclusive one, then the newer wins."""
-    return value(row, "status") in CONCLUSIVE, value(row, "ts") or ""
+    return column(row, "status") in CONCLUSIVE, column(row, "ts") or ""

@@ -22,13 +22,9 @@ A missing or stale pair gets no further findings: everything else follows from r
 Rows of ops or implementations that are no longer registered are reported (``unregistered``)
 but never block.
 
-The curves are those of the plan a fill on the rows' device ran: its memory comes from the
-records' ``device`` name (:func:`memory_of`; with rows from several devices, the largest). A pair
-whose current rows are all on devices of unknown memory gets ``unsized`` (a note, never blocking)
-instead of curve findings.
-
-:func:`check` returns the findings and counters as data (the explorer shows the same);
-:func:`format_check` and :func:`run_check` make the text of ``popcorn bench check``.
+The curves are those of the plan for the memory of the rows' device (:func:`memory_of`; of several
+devices, the largest). Rows all on devices of unknown memory get ``unsized`` (a note) instead.
+:func:`check` returns the audit as data (the explorer shows the same); :func:`format_check` prints it.
 """
 
 from __future__ import annotations
@@ -43,9 +39,8 @@ from popcorn.schema import ERROR, FAILED, PASS, REFERENCE, SKIP, is_current, why
 from .record import Record
 
 H200_BYTES = 141 * 10**9
-# The memory a fill planned for, by device name (the records' ``device``); the first match wins. Sizes
-# are the devices' nominal ones in decimal GB, as the H200's 141 that plans were first built for: at or
-# below what the devices report, so an audited curve never needs a case the device could not hold.
+# Memory by device name (the records' ``device``), first match wins: nominal decimal GB, as the H200's 141
+# plans were first built for, at or below what devices report, so no audited curve needs a case they cannot hold.
 DEVICE_MEMORY = (
     (r"\bH200\b", H200_BYTES),
     (r"\bH100 NVL\b", 94 * 10**9),
