@@ -15,6 +15,7 @@ from popcorn.core import Case, DispatchError
 from popcorn.core.devices import device_name, device_of  # noqa: F401 - re-exported for fill
 from popcorn.core.inputs import make_inputs
 from popcorn.core.registry import REFERENCE, Implementation, Op
+from popcorn.schema import REFERENCE_TIMED, is_current_for
 
 from . import store
 from .compare import Result, check, describe, free_memory, is_oom
@@ -47,7 +48,7 @@ def _record(op: Op, impl: Implementation, case: Case, result: Result, device: to
         reason=result.reason, reps=result.reps if result.status == PASS else 0, fwd=fwd, bwd=bwd,
         timer=result.timer, bench_error=result.bench_error, **result.timing,
     )
-    for k in ("fwd_ms", "bwd_ms", "step_ms", "fwd_mem_mb", "step_mem_mb"):
+    for k in REFERENCE_TIMED:
         setattr(row, f"ref_{k}", ref_timing.get(k))
     return row
 
@@ -128,7 +129,7 @@ def missing(op: Op, arguments: dict) -> list[str]:
     have = {r.impl for r in store.read(op.name, bad=[])  # unreadable lines are not evidence
             if r.case_id == case.case_id and r.grad == grad and r.device == device and r.torch == torch.__version__
             and r.conclusive and (r.benchmarked or r.status != PASS)
-            and r.current(op.ref_hash, op[r.impl].impl_hash if r.impl in op.implementations else None)}
+            and is_current_for(r, op)}
     return [i.name for i in eligible(op, arguments, grad) if i.name not in have]
 
 

@@ -21,24 +21,39 @@ Release gates (reported always where computed, blocking only with ``release``):
 A missing or stale pair gets no further findings: everything else follows from re-measuring it.
 Rows of ops or implementations that are no longer registered are reported (``unregistered``)
 but never block.
+
+The curves are those of the plan for the memory of the rows' device (:func:`memory_of`; of several
+devices, the largest). Rows all on devices of unknown memory get ``unsized`` (a note) instead.
+:func:`check` returns the audit as data (the explorer shows the same); :func:`format_check` prints it.
 """
 
 from __future__ import annotations
 
 import functools
+import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from .record import CRASH, ERROR, FAIL, PASS, SKIP, Record
+from popcorn.schema import ERROR, FAILED, PASS, REFERENCE, SKIP, is_current, why_stale
 
-REFERENCE = "torch"  # popcorn.core.registry.REFERENCE, without importing torch here
+from .record import Record
+
 H200_BYTES = 141 * 10**9
+# Memory by device name (the records' ``device``), first match wins: nominal decimal GB, as the H200's 141
+# plans were first built for, at or below what devices report, so no audited curve needs a case they cannot hold.
+DEVICE_MEMORY = (
+    (r"\bH200\b", H200_BYTES),
+    (r"\bH100 NVL\b", 94 * 10**9),
+    (r"\bH100\b", 80 * 10**9),
+    (r"\bA100\b.*\b80GB\b", 80 * 10**9),
+    (r"\bA100\b", 40 * 10**9),
+)
 
-MISSING, STALE, NO_PASS, NO_TIMING, CURVES, UNCLEAN, UNREGISTERED = (
-    "missing", "stale", "no_pass", "no_timing", "curves", "unclean", "unregistered")
+MISSING, STALE, NO_PASS, NO_TIMING, CURVES, UNCLEAN, UNREGISTERED, UNSIZED = (
+    "missing", "stale", "no_pass", "no_timing", "curves", "unclean", "unregistered", "unsized")
 ALWAYS = frozenset({MISSING, STALE})
 RELEASE_GATES = frozenset({NO_PASS, NO_TIMING, CURVES, UNCLEAN})
-UNCLEAN_STATUSES = frozenset({FAIL, CRASH, ERROR})
+UNCLEAN_STATUSES = FAILED | {ERROR}
 MIN_CURVE_POINTS = 2
 
 
@@ -64,6 +79,39 @@ class Tally:
     curves_gated: int = 0
 
 
+@dataclass
+class Audit:
+    """What ``bench check`` found, as data: the findings, the counters and the pairs that block."""
+
+    release: bool
+    records: int  # rows audited
+    findings: list[Finding] = field(default_factory=list)
+    tally: Tally = field(default_factory=Tally)
+
+    @property
+    def failing(self) -> dict[tuple[str, str], list[str]]:
+        """(op, impl) -> the kinds that block it, sorted; in finding order."""
+        out: dict[tuple[str, str], set[str]] = {}
+        for f in self.findings:
+            if f.blocking and f.kind != UNREGISTERED:
+                out.setdefault((f.op, f.impl), set()).add(f.kind)
+        return {pair: sorted(kinds) for pair, kinds in out.items()}
+
+    @property
+    def passed(self) -> bool:
+        return self.records > 0 and not self.failing
+
+
+def memory_of(device: str) -> int | None:
+    """Bytes the case plan of a fill on ``device`` (a record's device name) assumed: the CPU fill's
+    budget for ``cpu:*``, the DEVICE_MEMORY entry of a known GPU, else None."""
+    if device.startswith("cpu:"):
+        from .fill import CPU_BUDGET_BYTES
+
+        return CPU_BUDGET_BYTES
+    return next((size for pattern, size in DEVICE_MEMORY if re.search(pattern, device)), None)
+
+
 @functools.lru_cache(maxsize=64)
 def _plan(op, device_bytes: int):
     from .plan import case_plan
@@ -72,7 +120,7 @@ def _plan(op, device_bytes: int):
 
 
 def plan_for(op, device_bytes: int = H200_BYTES):
-    """The op's case plan, computed once per (op, device_bytes) per process."""
+    """The op's case plan for a device of ``device_bytes`` (default an H200's), computed once per process."""
     return _plan(op, device_bytes)
 
 
@@ -127,7 +175,7 @@ def _curve_findings(op, impl, rows: list[Record], device_bytes: int, tally: Tall
     return f"{len(short)} curve(s) under {MIN_CURVE_POINTS} timed points: {shown}"
 
 
-def _audit(records: list[Record], ops: dict, release: bool, device_bytes: int) -> tuple[list[Finding], Tally]:
+def _audit(records: list[Record], ops: dict, release: bool, device_bytes: int | None) -> tuple[list[Finding], Tally]:
     pairs, findings = _pairs(records, ops, release)
     by_pair: dict[tuple[str, str], list[Record]] = {}
     for r in records:
@@ -144,15 +192,10 @@ def _audit(records: list[Record], ops: dict, release: bool, device_bytes: int) -
         if not rows:
             add(op_name, impl_name, MISSING, "no rows")
             continue
-        current = [r for r in rows if r.current(op.ref_hash, impl.impl_hash)]
+        current = [r for r in rows if is_current(r, op.ref_hash, impl.impl_hash)]
         if not current:
-            which = []
-            if not any(r.ref_hash == op.ref_hash for r in rows):
-                which.append("reference")
-            if not any(r.impl_hash == impl.impl_hash for r in rows):
-                which.append("implementation")
-            why = " and ".join(which) + " changed" if which else "no row matches both fingerprints"
-            add(op_name, impl_name, STALE, f"{len(rows)} row(s), none current ({why})")
+            add(op_name, impl_name, STALE,
+                f"{len(rows)} row(s), none current ({why_stale(rows, op.ref_hash, impl.impl_hash)})")
             continue
         tally.current += 1
         passes = [r for r in current if r.status == PASS]
@@ -167,9 +210,16 @@ def _audit(records: list[Record], ops: dict, release: bool, device_bytes: int) -
             add(op_name, impl_name, NO_TIMING, f"{len(passes)} pass row(s), none timed")
         if not release:
             continue
-        short = _curve_findings(op, impl, current, device_bytes, tally)
-        if short:
-            add(op_name, impl_name, CURVES, short)
+        # rows pooled across devices: the largest known device's plan holds the others' curves
+        devices = sorted({r.device for r in current})
+        budget = device_bytes or max(filter(None, map(memory_of, devices)), default=None)
+        if budget is None:
+            add(op_name, impl_name, UNSIZED, f"curves not checked: the memory of {', '.join(devices)} is unknown "
+                "(known: H200, H100, A100, cpu:*)")
+        else:
+            short = _curve_findings(op, impl, current, budget, tally)
+            if short:
+                add(op_name, impl_name, CURVES, short)
         dirty = [r for r in current if r.status in UNCLEAN_STATUSES or r.bench_error]
         if dirty:
             statuses = _counts([r for r in dirty if r.status in UNCLEAN_STATUSES])
@@ -186,9 +236,15 @@ def _counts(rows: list[Record]) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(counts.items()))
 
 
-def audit(records: list[Record], ops: dict, *, release: bool, device_bytes: int = H200_BYTES) -> list[Finding]:
+def check(records: list[Record], ops: dict, *, release: bool, device_bytes: int | None = None) -> Audit:
+    """The audit of ``records`` as data; ``device_bytes`` overrides the memory taken from the rows' devices."""
+    findings, tally = _audit(records, ops, release, device_bytes) if records else ([], Tally())
+    return Audit(release, len(records), findings, tally)
+
+
+def audit(records: list[Record], ops: dict, *, release: bool, device_bytes: int | None = None) -> list[Finding]:
     """Findings for the (op, impl) pairs the records call for; see the module docstring."""
-    return _audit(records, ops, release, device_bytes)[0]
+    return check(records, ops, release=release, device_bytes=device_bytes).findings
 
 
 def _hint(op_name: str, impl: str, kinds: set[str], ops: dict) -> list[str]:
@@ -214,33 +270,32 @@ def _table(findings: list[Finding]) -> list[str]:
     return [fmt.format(*head).rstrip()] + [fmt.format(*r) for r in rows]
 
 
-def run_check(records: list[Record], ops: dict, *, release: bool, out=sys.stdout,
-              device_bytes: int = H200_BYTES) -> int:
-    """Print the findings, the fix per failing pair and a verdict; 0 when nothing blocks, else 1."""
-    if not records:
-        print("check: no records to audit; fill and merge first (`popcorn bench fill OP`, "
-              "`popcorn bench merge FILES...`)", file=out)
-        return 1
-    findings, tally = _audit(records, ops, release, device_bytes)
-    if findings:
-        print("\n".join(_table(findings)), file=out)
-    failing: dict[tuple[str, str], set[str]] = {}
-    for f in findings:
-        if f.blocking and f.kind != UNREGISTERED:
-            failing.setdefault((f.op, f.impl), set()).add(f.kind)
+def format_check(a: Audit, ops: dict) -> str:
+    """The findings, the fix per failing pair and a verdict, as ``popcorn bench check`` prints them."""
+    if not a.records:
+        return ("check: no records to audit; fill and merge first (`popcorn bench fill OP`, "
+                "`popcorn bench merge FILES...`)")
+    lines = _table(a.findings) if a.findings else []
+    failing = a.failing
     if failing:
-        print(f"\nTo fix {len(failing)} failing pair(s):", file=out)
+        lines.append(f"\nTo fix {len(failing)} failing pair(s):")
         for (op_name, impl), kinds in failing.items():
-            print(f"{op_name} {impl} ({', '.join(sorted(kinds))}):", file=out)
-            print("\n".join(_hint(op_name, impl, kinds, ops)), file=out)
-    n = tally.pairs
-    verdict = [f"records: {tally.current}/{n} current fingerprints", f"passes: {tally.passing}/{n}",
-               f"timings: {tally.timed}/{n}"]
-    if release:
-        verdict.append(f"curves: {tally.curves_ok}/{tally.curves}" +
-                       (f" ({tally.curves_gated} gated)" if tally.curves_gated else ""))
-    mode = "release" if release else "records"
+            lines.append(f"{op_name} {impl} ({', '.join(kinds)}):")
+            lines += _hint(op_name, impl, set(kinds), ops)
+    t, n = a.tally, a.tally.pairs
+    verdict = [f"records: {t.current}/{n} current fingerprints", f"passes: {t.passing}/{n}", f"timings: {t.timed}/{n}"]
+    if a.release:
+        verdict.append(f"curves: {t.curves_ok}/{t.curves}" + (f" ({t.curves_gated} gated)" if t.curves_gated else ""))
+    mode = "release" if a.release else "records"
     verdict.append(f"{mode} check {'FAILED' if failing else 'passed'}" +
                    (f" ({len(failing)} pair(s))" if failing else ""))
-    print(("\n" if findings else "") + "; ".join(verdict), file=out)
-    return 1 if failing else 0
+    lines.append(("\n" if a.findings else "") + "; ".join(verdict))
+    return "\n".join(lines)
+
+
+def run_check(records: list[Record], ops: dict, *, release: bool, out=sys.stdout,
+              device_bytes: int | None = None) -> int:
+    """Print :func:`format_check` of the audit; 0 when nothing blocks, else 1."""
+    a = check(records, ops, release=release, device_bytes=device_bytes)
+    print(format_check(a, ops), file=out)
+    return 0 if a.passed else 1

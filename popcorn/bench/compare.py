@@ -19,8 +19,9 @@ from typing import Callable
 
 import torch
 
+from popcorn.schema import CRASH, ERROR, FAIL, OOM, PASS, REFERENCE_TIMED
+
 from .calls import cotangents, graded, leaves_of, outputs_of, prepare
-from .record import CRASH, ERROR, FAIL, OOM, PASS
 from .timing import measure
 
 FLOORS = {torch.float64: 1e-10, torch.float32: 2e-5, torch.float16: 1e-3, torch.bfloat16: 2e-2}
@@ -280,6 +281,5 @@ def compare(mine: Callable, reference: Callable, inputs: dict, *, backward: bool
     if result.passed and benchmark:
         ref, _ = measure(reference, inputs, backward, device)
         result.timing, result.timer = measure(mine, inputs, backward, device)
-        result.timing.update({f"ref_{k}": ref.get(k) for k in ("fwd_ms", "bwd_ms", "step_ms", "fwd_mem_mb",
-                                                                 "step_mem_mb")})
+        result.timing.update({f"ref_{k}": ref.get(k) for k in REFERENCE_TIMED})
     return result

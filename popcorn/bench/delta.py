@@ -18,11 +18,12 @@ import random
 import time
 from pathlib import Path
 
+from popcorn.schema import CONCLUSIVE, KEY, SENTINEL_REASON
+
 from . import damage
-from .record import CONCLUSIVE, Record, SENTINEL_REASON, arrow_schema, from_arrow, to_arrow
+from .record import Record, arrow_schema, from_arrow, to_arrow
 from .store import merge as merge_rows
 
-KEY = ("op", "impl", "device", "torch", "backend_version", "case_id", "grad")
 _CONCLUSIVE = "({a}.status IN (" + ", ".join(f"'{s}'" for s in sorted(CONCLUSIVE)) + "))"
 # The merge rule as SQL: rank (conclusive, ts). Unlike the user cache, an exact tie keeps the
 # stored row, so merging the same shard twice rewrites nothing.

@@ -24,6 +24,7 @@ import torch
 
 from popcorn.core import Case
 from popcorn.core.registry import REFERENCE, Op
+from popcorn.schema import REFERENCE_TIMED, REUSABLE  # REUSABLE: error rows are measured again
 
 from . import plan as planning
 from . import store
@@ -31,7 +32,6 @@ from .api import _record, device_name
 from .compare import Result
 from .record import CRASH, OOM, SENTINEL_REASON, STATUSES, TIMEOUT, Record
 
-REUSABLE = frozenset({"pass", "fail", "crash", "oom", "timeout", "skip"})  # error rows are measured again
 REFERENCE_TIMEOUT = 60.0  # a reference that needs longer than this is an OOM-class budget, not a compile
 GROWTH_S_PER_GIB = 30.0  # watchdog seconds added per GiB a case's correctness run holds
 CPU_BUDGET_BYTES = 2 * 2**30  # the plan's "device memory" on CPU: keeps a CPU fill to minutes
@@ -293,7 +293,7 @@ def fill(ops: list[Op], *, backends: list[str] | None = None, limit: int | None 
                     if impl == REFERENCE:
                         ref_row = row
                     elif ref_row is not None:
-                        for k in ("fwd_ms", "bwd_ms", "step_ms", "fwd_mem_mb", "step_mem_mb"):
+                        for k in REFERENCE_TIMED:
                             setattr(row, f"ref_{k}", getattr(ref_row, k))
                     if row.status in (OOM, TIMEOUT):
                         frontiers[impl].add(p.case, p.grad, p.stratum)

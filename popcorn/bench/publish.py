@@ -18,15 +18,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from popcorn.core import events
+from popcorn.dispatch.table import BUNDLED
+from popcorn.schema import CONCLUSIVE, DISPATCH_FIELDS, DISPATCH_VERSION, is_current_for
 
 from .delta import ReportStore
-from .record import CONCLUSIVE, Record, to_arrow
-
-BUNDLED = Path(__file__).resolve().parents[1] / "reports"
-DISPATCH_SCHEMA = 1
-DISPATCH_FIELDS = ("impl", "case_id", "config", "grad", "device", "torch", "backend_version", "status", "reason",
-                   "fwd_ms", "bwd_ms", "step_ms", "host_us", "step_host_us", "fwd_mem_mb", "step_mem_mb",
-                   "ref_fwd_ms", "ref_bwd_ms", "ref_step_ms")
+from .record import Record, to_arrow
 
 
 class PublishRefused(RuntimeError):
@@ -35,17 +31,11 @@ class PublishRefused(RuntimeError):
 
 def current_rows(records: list[Record], ops: dict) -> list[Record]:
     """Conclusive rows measured against today's code of ops this install knows."""
-    out = []
-    for r in records:
-        op = ops.get(r.op)
-        impl = op.implementations.get(r.impl) if op else None
-        if impl is not None and r.status in CONCLUSIVE and r.current(op.ref_hash, impl.impl_hash):
-            out.append(r)
-    return out
+    return [r for r in records if r.status in CONCLUSIVE and r.op in ops and is_current_for(r, ops[r.op])]
 
 
 def dispatch_table(rows: list[Record], ops: dict, store_version: int, uri: str) -> dict:
-    table = {"schema": DISPATCH_SCHEMA, "store_version": store_version, "store": uri,
+    table = {"schema": DISPATCH_VERSION, "store_version": store_version, "store": uri,
              "created": datetime.now(timezone.utc).isoformat(timespec="seconds"), "rows": len(rows), "ops": {}}
     for r in sorted(rows, key=lambda r: (r.op, r.impl, r.case_id, r.grad, r.device)):
         entry = table["ops"].setdefault(r.op, {

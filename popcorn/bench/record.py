@@ -2,7 +2,9 @@
 
 The same flat dict is a JSONL line in the user cache, a row of the Parquet snapshot and of
 the Delta table. Gauges and the case config are JSON text (their keys vary per op); timings
-are typed columns so stores and the explorer can filter and sort on them.
+are typed columns so stores and the explorer can filter and sort on them. The columns, key,
+statuses and currency rule are :mod:`popcorn.schema`'s; Record mirrors its fields (checked at
+import) so rows keep a typed, keyword-constructed class.
 """
 
 from __future__ import annotations
@@ -11,30 +13,20 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
 
-from popcorn.core.paths import SCHEMA
-
-# Statuses. Conclusive ones say something about the implementation; the rest say why not.
-PASS, FAIL, CRASH, OOM, TIMEOUT, SKIP, ERROR = "pass", "fail", "crash", "oom", "timeout", "skip", "error"
-STATUSES = (PASS, FAIL, CRASH, OOM, TIMEOUT, SKIP, ERROR)
-CONCLUSIVE = frozenset({PASS, FAIL, CRASH, OOM})
-# The reason of a row for a case that was scheduled but never measured (its worker vanished
-# with the whole fill); `popcorn bench merge --scrub-incomplete` removes these.
-SENTINEL_REASON = "worker did not complete the case"
-
-TIMING_FIELDS = (
-    "fwd_ms", "fwd_q20_ms", "fwd_q80_ms", "bwd_ms", "bwd_q20_ms", "bwd_q80_ms",
-    "step_ms", "step_q20_ms", "step_q80_ms", "host_us", "step_host_us", "fwd_mem_mb", "step_mem_mb",
-    "ref_fwd_ms", "ref_bwd_ms", "ref_step_ms", "ref_fwd_mem_mb", "ref_step_mem_mb",
-)
+# The status names are re-exported: the modules that build rows have always imported them from here.
+from popcorn.schema import (CONCLUSIVE, CRASH, ERROR, FAIL, FIELDS, KEY, NAMES, OOM, PASS,  # noqa: F401
+                            SENTINEL_REASON, SKIP, STATUSES, TIMEOUT, TIMING_FIELDS, VERSION, is_current, rank)
 
 
 @dataclass
 class Record:
+    """One row; the fields are schema.FIELDS (their meaning is documented there), in order."""
+
     op: str
     impl: str
     case_id: str
-    case: str  # human label of the case
-    config: str  # JSON of Case.config()
+    case: str
+    config: str
     device: str
     torch: str
     backend_version: str | None
@@ -43,36 +35,36 @@ class Record:
     status: str
     grad: bool
     reason: str | None = None
-    reps: int = 0  # correctness trials completed
-    fwd: str | None = None  # JSON {"out0": {"err", "budget", "scale"}, ...}
-    bwd: str | None = None  # JSON {"<param>": {...}}
-    timer: str | None = None  # "cuda-graph", "cuda-events" or "cpu"
-    bench_error: str | None = None  # timing failed after a pass; the status stays pass
+    reps: int = 0
+    fwd: str | None = None
+    bwd: str | None = None
+    timer: str | None = None
+    bench_error: str | None = None
     fwd_ms: float | None = None
     fwd_q20_ms: float | None = None
     fwd_q80_ms: float | None = None
     bwd_ms: float | None = None
     bwd_q20_ms: float | None = None
     bwd_q80_ms: float | None = None
-    step_ms: float | None = None  # forward + backward: what a training step pays
+    step_ms: float | None = None
     step_q20_ms: float | None = None
     step_q80_ms: float | None = None
-    host_us: float | None = None  # host wall time per forward call, without synchronizing
-    step_host_us: float | None = None  # the same for forward + backward (gradient-mode rows)
-    fwd_mem_mb: float | None = None  # peak allocated above the pre-call baseline
+    host_us: float | None = None
+    step_host_us: float | None = None
+    fwd_mem_mb: float | None = None
     step_mem_mb: float | None = None
-    ref_fwd_ms: float | None = None  # the torch reference on the same case, for speedups
+    ref_fwd_ms: float | None = None
     ref_bwd_ms: float | None = None
     ref_step_ms: float | None = None
     ref_fwd_mem_mb: float | None = None
     ref_step_mem_mb: float | None = None
     ts: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
-    schema: int = SCHEMA
+    schema: int = VERSION
 
     # -- identity ---------------------------------------------------------------------------
     @property
     def key(self) -> tuple:
-        return (self.op, self.impl, self.device, self.torch, self.backend_version, self.case_id, self.grad)
+        return tuple(getattr(self, k) for k in KEY)
 
     @property
     def conclusive(self) -> bool:
@@ -84,7 +76,7 @@ class Record:
 
     def current(self, ref_hash: str, impl_hash: str) -> bool:
         """Whether this row was measured against today's code; stale rows stay visible but decide nothing."""
-        return self.ref_hash == ref_hash and self.impl_hash == impl_hash
+        return is_current(self, ref_hash, impl_hash)
 
     @property
     def result(self) -> dict:
@@ -101,8 +93,7 @@ class Record:
 
     @classmethod
     def from_dict(cls, row: dict) -> Record:
-        names = {f.name for f in fields(cls)}
-        unknown = set(row) - names
+        unknown = set(row).difference(NAMES)
         if unknown:
             raise ValueError(f"record has unknown columns {sorted(unknown)}; it may come from a newer popcorn")
         row = dict(row)
@@ -119,12 +110,17 @@ class Record:
         return cls.from_dict(json.loads(line))
 
 
+# Record mirrors the schema: a field added to one and not the other fails here, at import.
+if [(f.name, f.type) for f in fields(Record)] != [(f.name, f.type) for f in FIELDS]:
+    raise TypeError("popcorn.bench.record.Record and popcorn.schema.FIELDS disagree; change both together")
+
+
 def arrow_schema():
     """The canonical Arrow schema; types are explicit so all-null columns still concatenate."""
     import pyarrow as pa
 
     cols = []
-    for f in fields(Record):
+    for f in FIELDS:
         t = f.type
         if t in ("str", "str | None"):
             cols.append(pa.field(f.name, pa.string(), nullable=t != "str"))
@@ -135,7 +131,7 @@ def arrow_schema():
         elif t == "float | None":
             cols.append(pa.field(f.name, pa.float64()))
         else:
-            raise TypeError(f"Record.{f.name}: no Arrow type for {t!r}")
+            raise TypeError(f"schema field {f.name}: no Arrow type for {t!r}")
     return pa.schema(cols)
 
 
@@ -152,4 +148,4 @@ def from_arrow(table) -> list[Record]:
 
 def prefer(new: Record, old: Record) -> bool:
     """The merge rule: a conclusive row beats an inconclusive one; among equals the newer (ties: new) wins."""
-    return (new.conclusive, new.ts) >= (old.conclusive, old.ts)
+    return rank(new) >= rank(old)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 
+from popcorn.schema import PASS, REFERENCE
+
 from .compare import Result
-from .record import PASS, Record
+from .record import Record
 
 
 def _speedup(ref: float | None, mine: float | None) -> str:
@@ -40,7 +42,7 @@ def format_block(label: str, mine: str, reference: str, status: str, reason: str
 
 
 def report(subject: Record | Result, label: str | None = None, *, mine: str | None = None,
-           reference: str = "torch", file=None) -> str:
+           reference: str = REFERENCE, file=None) -> str:
     """Print and return the block for a Record (labelled by its impl) or a compare() Result."""
     if isinstance(subject, Record):
         label = label or subject.impl

@@ -1,30 +1,58 @@
-"""``popcorn bench view``: the support matrix (op x implementation) in the terminal.
+"""``popcorn bench view``: the support matrix (op x implementation).
 
-Only current rows (measured against today's reference and implementation code) decide a cell:
+:func:`matrix` returns the data (the explorer's support page reads the same), :func:`format_view`
+turns it into the terminal text. Only current rows (measured against today's reference and
+implementation code) decide a cell's state:
 
-* ``✔``  every current row passes;
-* ``✔*`` some pass, the rest are gated (skip), failed or unverified (oom, timeout, error...);
-* ``✘``  current rows, none passes;
-* ``?``  rows, but all stale (measured against older code);
-* ``·``  no rows;
-* blank: the implementation is not registered for the op.
+* ``all``   (``✔``):  every current row passes;
+* ``some``  (``✔*``): some pass, the rest are gated (skip), failed or unverified (oom, timeout, error...);
+* ``none``  (``✘``):  current rows, none passes;
+* ``stale`` (``?``):  rows, but all stale (measured against older code);
+* ``empty`` (``·``):  no rows;
+* ``unregistered`` (blank): the implementation is not registered for the op.
 
-Non-reference cells add the median forward speedup over timed current pass rows
-(``ref_fwd_ms / fwd_ms``), e.g. ``✔ 2.3x``.
+Non-reference cells carry the median forward speedup over timed current pass rows
+(``ref_fwd_ms / fwd_ms``), shown e.g. ``✔ 2.3x``.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import statistics
 import sys
+from dataclasses import dataclass, field
+from pathlib import Path
 
-from .record import PASS, Record
+from popcorn.schema import PASS, REFERENCE, is_current, is_current_for
 
-REFERENCE = "torch"
+from .record import Record
+
 EXPLORER = "streamlit run dashboards/explorer.py"
-ALL, SOME, NONE, STALE, EMPTY = "✔", "✔*", "✘", "?", "·"
+ALL, SOME, NONE, STALE, EMPTY, UNREGISTERED = "all", "some", "none", "stale", "empty", "unregistered"
+MARKS = {ALL: "✔", SOME: "✔*", NONE: "✘", STALE: "?", EMPTY: "·", UNREGISTERED: ""}
+
+
+@dataclass(frozen=True)
+class Cell:
+    """What the rows of one (op, impl) pair say."""
+
+    state: str  # one of ALL, SOME, NONE, STALE, EMPTY, UNREGISTERED
+    rows: int = 0
+    current: int = 0
+    statuses: dict = field(default_factory=dict)  # current rows by status
+    speedup: float | None = None  # median forward speedup over the reference; None for the reference itself
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """Every registered op (sorted) x every implementation name (:func:`columns`), plus row counts."""
+
+    ops: list[str]
+    impls: list[str]
+    cells: dict  # (op, impl) -> Cell
+    rows: int  # every record given
+    current: int  # records of registered pairs measured against today's code
+    unregistered: int  # records of ops or implementations not registered (not in the matrix)
+    ops_with_rows: int
 
 
 def columns(ops: dict) -> list[str]:
@@ -40,54 +68,74 @@ def speedup(rows: list[Record]) -> float | None:
     return statistics.median(ratios) if ratios else None
 
 
-def cell(op, impl: str, rows: list[Record]) -> str:
+def cell(op, impl: str, rows: list[Record]) -> Cell:
     if impl not in op.implementations:
-        return ""
+        return Cell(UNREGISTERED)
     if not rows:
-        return EMPTY
-    current = [r for r in rows if r.current(op.ref_hash, op.implementations[impl].impl_hash)]
-    if not current:
-        return STALE
-    passes = sum(1 for r in current if r.status == PASS)
-    mark = ALL if passes == len(current) else SOME if passes else NONE
-    if impl == REFERENCE or not passes:
-        return mark
-    s = speedup(current)
-    return f"{mark} {s:.1f}x" if s is not None else mark
+        return Cell(EMPTY)
+    current = [r for r in rows if is_current(r, op.ref_hash, op.implementations[impl].impl_hash)]
+    statuses: dict[str, int] = {}
+    for r in current:
+        statuses[r.status] = statuses.get(r.status, 0) + 1
+    passes = statuses.get(PASS, 0)
+    state = STALE if not current else ALL if passes == len(current) else SOME if passes else NONE
+    s = speedup(current) if impl != REFERENCE and passes else None
+    return Cell(state, len(rows), len(current), statuses, s)
 
 
-def support_matrix(records: list[Record], ops: dict) -> str:
-    """The op x impl table as text (every registered op, sorted; see the module docstring)."""
+def matrix(records: list[Record], ops: dict) -> Matrix:
+    """The support matrix of ``records`` over the registered ``ops``; see the module docstring."""
     by_pair: dict[tuple[str, str], list[Record]] = {}
     for r in records:
         by_pair.setdefault((r.op, r.impl), []).append(r)
     cols = columns(ops)
-    body = [[name] + [cell(ops[name], c, by_pair.get((name, c), [])) for c in cols] for name in sorted(ops)]
-    head = ["op"] + cols
+    cells = {(name, c): cell(ops[name], c, by_pair.get((name, c), [])) for name in sorted(ops) for c in cols}
+    known = [r for r in records if r.op in ops and r.impl in ops[r.op].implementations]
+    return Matrix(sorted(ops), cols, cells, len(records), sum(1 for r in known if is_current_for(r, ops[r.op])),
+                  len(records) - len(known), len({r.op for r in known}))
+
+
+# -- text ----------------------------------------------------------------------------------------
+
+def format_cell(c: Cell) -> str:
+    mark = MARKS[c.state]
+    return f"{mark} {c.speedup:.1f}x" if c.speedup is not None else mark
+
+
+def format_matrix(m: Matrix) -> str:
+    """The op x impl table, columns padded to their widest value."""
+    body = [[name] + [format_cell(m.cells[name, c]) for c in m.impls] for name in m.ops]
+    head = ["op"] + m.impls
     widths = [max(len(row[i]) for row in [head] + body) for i in range(len(head))]
-    lines = []
-    for row in [head] + body:
-        lines.append("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip())
+    return "\n".join("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in [head] + body)
+
+
+def support_matrix(records: list[Record], ops: dict) -> str:
+    """The op x impl table as text (every registered op, sorted; see the module docstring)."""
+    return format_matrix(matrix(records, ops))
+
+
+def format_view(m: Matrix) -> str:
+    """The matrix, a legend, the row counts and how to open the explorer."""
+    lines = [format_matrix(m), "",
+             f"{MARKS[ALL]} all current rows pass  {MARKS[SOME]} some pass (rest gated/failed/unverified)  "
+             f"{MARKS[NONE]} none passes  {MARKS[STALE]} only stale rows  {MARKS[EMPTY]} no rows; "
+             f"Nx: median forward speedup vs {REFERENCE}",
+             f"{m.rows} rows ({m.current} current"
+             + (f", {m.unregistered} of unregistered ops or implementations, not shown" if m.unregistered else "")
+             + f") over {m.ops_with_rows} op(s)"]
+    # The explorer ships in the source tree (dashboards/), not the wheel: say so when it is absent.
+    here = Path(__file__).resolve().parents[2] / "dashboards" / "explorer.py"
+    lines.append(f"Explorer: {EXPLORER}" + ("" if here.exists() else " (from a source checkout, once "
+                                            "dashboards/explorer.py exists)"))
     return "\n".join(lines)
 
 
 def run_view(records: list[Record], ops: dict, out=sys.stdout) -> int:
-    """Print the matrix, a legend, the row counts and how to open the explorer; 1 when there are no rows."""
+    """Print :func:`format_view` of the records; 1 when there are none."""
     if not records:
         print("view: no records; fill and merge first (`popcorn bench fill OP`, `popcorn bench merge FILES...`)",
               file=out)
         return 1
-    print(support_matrix(records, ops), file=out)
-    known = [r for r in records if r.op in ops and r.impl in ops[r.op].implementations]
-    current = sum(1 for r in known if r.current(ops[r.op].ref_hash, ops[r.op].implementations[r.impl].impl_hash))
-    print(f"\n{ALL} all current rows pass  {SOME} some pass (rest gated/failed/unverified)  {NONE} none passes  "
-          f"{STALE} only stale rows  {EMPTY} no rows; Nx: median forward speedup vs {REFERENCE}", file=out)
-    unknown = len(records) - len(known)
-    print(f"{len(records)} rows ({current} current"
-          + (f", {unknown} of unregistered ops or implementations, not shown" if unknown else "")
-          + f") over {len({r.op for r in known})} op(s)", file=out)
-    # The explorer ships in the source tree (dashboards/), not the wheel: say so when it is absent.
-    here = Path(__file__).resolve().parents[2] / "dashboards" / "explorer.py"
-    print(f"Explorer: {EXPLORER}" + ("" if here.exists() else " (from a source checkout, once dashboards/explorer.py "
-                                     "exists)"), file=out)
+    print(format_view(matrix(records, ops)), file=out)
     return 0

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
+from popcorn.schema import REFERENCE
+
 from .backends import Backend, family
 from .fingerprint import canonical, fingerprint
 
@@ -71,7 +73,6 @@ def as_gate(where: str, value) -> Gate:
 
 
 _IMPL_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*(:[a-z0-9][a-z0-9_-]*)?$")
-REFERENCE = "torch"
 
 
 @dataclass

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .settings import settings
+from popcorn.schema import VERSION as SCHEMA  # a new record schema generation starts a fresh cache directory
 
-SCHEMA = 1  # the record schema generation; a new one starts a fresh cache directory
+from .settings import settings
 
 
 def cache_dir() -> Path:

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import functools
 import inspect
-import re
 import typing
 import weakref
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
@@ -21,7 +19,7 @@ from . import hotpath, metadata
 from .errors import DispatchError
 from .fingerprint import fingerprint
 from .hotpath import PREFERENCE
-from .implementation import REFERENCE, Implementation
+from .implementation import REFERENCE, Implementation  # noqa: F401 - REFERENCE re-exported
 from .settings import settings
 from .shapes import Binding, TensorSpec, bind
 

@@ -25,7 +25,7 @@ from functools import reduce
 import torch
 
 from popcorn.core.devices import device_name, device_of
-from popcorn.core.implementation import REFERENCE
+from popcorn.schema import FAILED, JUDGED, PASS, REFERENCE
 
 from .evidence import rows_for
 
@@ -115,8 +115,8 @@ def row_cost(row: dict, grad: bool, graph: bool) -> float | None:
 
 def _region(name: str, rows: list[dict], call: dict) -> str | None:
     """Why the call lies outside the region the backend passed on, or None when inside."""
-    passed = [r for r in rows if r["status"] == "pass"]
-    failed = [r for r in rows if r["status"] in ("fail", "crash")]
+    passed = [r for r in rows if r["status"] == PASS]
+    failed = [r for r in rows if r["status"] in FAILED]
     for dim, v in call["dims"].items():
         values = [r["dims"][dim] for r in passed]
         lo, hi = min(values), max(values)
@@ -131,7 +131,7 @@ def _region(name: str, rows: list[dict], call: dict) -> str | None:
 def _reference_row(rows: list[dict], row: dict) -> dict | None:
     for r in rows:
         if r["impl"] == REFERENCE and r["case_id"] == row["case_id"] and r["grad"] == row["grad"] \
-                and r["device"] == row["device"] and r["status"] == "pass":
+                and r["device"] == row["device"] and r["status"] == PASS:
             return r
     return None
 
@@ -177,13 +177,13 @@ def decide(op, arguments: dict, grad: bool, rows: list[dict] | None = None, here
         if not mine:
             verdicts.append(Verdict(name, False, "no evidence for this device, dtype, gradient mode and arguments"))
             continue
-        judged = [r for r in mine if r["status"] in ("pass", "fail", "crash")]
-        nearest = min(judged, key=lambda r: (_distance(r, call), r["status"] != "pass", r["case_id"]), default=None)
-        failed = nearest is not None and nearest["status"] != "pass"
+        judged = [r for r in mine if r["status"] in JUDGED]
+        nearest = min(judged, key=lambda r: (_distance(r, call), r["status"] != PASS, r["case_id"]), default=None)
+        failed = nearest is not None and nearest["status"] != PASS
         if failed and nearest["case_id"] == exact_id:
             verdicts.append(Verdict(name, False, f"failed on this exact case: {nearest.get('reason')}", cited=nearest))
             continue
-        if not any(r["status"] == "pass" for r in mine):
+        if not any(r["status"] == PASS for r in mine):
             verdicts.append(Verdict(name, False, "never passed in this group", cited=mine[0]))
             continue
         outside = _region(name, mine, call)
@@ -194,7 +194,7 @@ def decide(op, arguments: dict, grad: bool, rows: list[dict] | None = None, here
             verdicts.append(Verdict(name, False, f"in a hole of its validity region: its nearest record "
                                     f"{nearest['status']}ed ({nearest.get('reason')})", cited=nearest))
             continue
-        timed = [r for r in mine if r["status"] == "pass" and row_ms(r, grad)]
+        timed = [r for r in mine if r["status"] == PASS and row_ms(r, grad)]
         if not timed:
             verdicts.append(Verdict(name, False, "passed but was never timed here"))
             continue

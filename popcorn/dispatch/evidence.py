@@ -12,12 +12,12 @@ import warnings
 
 from popcorn.core.jsonl import json_lines
 from popcorn.core.paths import cache_dir
+from popcorn.schema import KEY_IN_OP, is_current_for
 
 from .table import load
 
 _TABLE = None
 _ROWS: dict[str, tuple] = {}  # op -> (user cache mtime, rows)
-_KEY = ("impl", "device", "torch", "backend_version", "case_id", "grad")
 _WARNED: set[tuple[str, int]] = set()  # (file, line) already reported
 
 
@@ -61,8 +61,7 @@ def read_rows(op, path) -> list[dict]:
         if r is None:
             _warn_once(path, n, why)
             continue
-        impl = op.implementations.get(r.get("impl"))
-        if impl is not None and r.get("ref_hash") == op.ref_hash and r.get("impl_hash") == impl.impl_hash:
+        if is_current_for(r, op):
             try:
                 rows.append(_normalize(r))
             except (KeyError, TypeError, ValueError, AttributeError) as e:
@@ -85,17 +84,16 @@ def rows_for(op) -> list[dict]:
     if cached is not None and cached[0] == mtime:
         return cached[1]
     published = table().ops.get(op.name, {})
+    ref_hash, hashes = published.get("ref_hash"), published.get("impl_hash", {})
     rows = {}
-    if published.get("ref_hash") == op.ref_hash:
-        hashes = published.get("impl_hash", {})
-        for r in published.get("rows", []):
-            impl = op.implementations.get(r["impl"])
-            if impl is not None and hashes.get(r["impl"]) == impl.impl_hash:
-                n = _normalize(r)
-                rows[tuple(n.get(k) for k in _KEY)] = n
+    for r in published.get("rows", []):
+        # a published row's fingerprints are stored once per op and implementation, not per row
+        if is_current_for({"impl": r["impl"], "ref_hash": ref_hash, "impl_hash": hashes.get(r["impl"])}, op):
+            n = _normalize(r)
+            rows[tuple(n.get(k) for k in KEY_IN_OP)] = n
     if mtime is not None:
         for n in read_rows(op, path):
-            k = tuple(n.get(x) for x in _KEY)
+            k = tuple(n.get(x) for x in KEY_IN_OP)
             old = rows.get(k)
             if old is None or n.get("ts", "") >= old.get("ts", ""):
                 rows[k] = n

@@ -4,8 +4,9 @@ import io
 
 import pytest
 
-from popcorn.bench.audit import (CURVES, MISSING, NO_PASS, NO_TIMING, STALE, UNCLEAN, UNREGISTERED,
-                                 _static_gate_admits, audit, plan_for, run_check)
+from popcorn.bench import audit as A
+from popcorn.bench.audit import (CURVES, MISSING, NO_PASS, NO_TIMING, STALE, UNCLEAN, UNREGISTERED, UNSIZED,
+                                 _static_gate_admits, audit, memory_of, plan_for, run_check)
 from popcorn.bench.plan import Curve
 from popcorn.kernels import OPS
 
@@ -153,3 +154,59 @@ def test_unregistered_rows_are_noted_not_blocking():
 def test_no_records_fails():
     code, text = check([], release=False)
     assert code == 1 and "no records" in text
+
+
+def test_check_returns_data_and_the_text_is_its_formatting():
+    records = [row(impl_hash="cccccccccccc"), row(impl="torch"), make(op="no_such_op")]
+    a = A.check(records, OPS, release=False)
+    assert (a.records, a.release, a.passed) == (3, False, False)
+    assert [(f.kind, f.blocking) for f in a.findings] == [(UNREGISTERED, False), (STALE, True)]
+    assert a.failing == {("rms_norm", "compile"): [STALE]}
+    assert (a.tally.pairs, a.tally.current) == (1, 0)
+    out = io.StringIO()
+    assert run_check(records, OPS, release=False, out=out) == 1
+    assert out.getvalue() == A.format_check(a, OPS) + "\n"
+    assert A.check([], OPS, release=True).passed is False
+
+
+@pytest.mark.parametrize("name, gib", [("NVIDIA H200", 141), ("NVIDIA H100 80GB HBM3", 80), ("NVIDIA H100 NVL", 94),
+                                       ("NVIDIA A100-SXM4-80GB", 80), ("NVIDIA A100-PCIE-40GB", 40),
+                                       ("NVIDIA GH200 480GB", None), ("Tesla V100-SXM2-16GB", None)])
+def test_memory_of_known_devices(name, gib):
+    assert memory_of(name) == (gib * 10**9 if gib else None)
+
+
+def softmax_rows(device, device_bytes, points=2):
+    op = OPS["softmax"]
+    ids = {cid for c in plan_for(op, device_bytes).curves for cid in c.case_ids[:points]}
+    return [make(op="softmax", impl="compile", case_id=cid, device=device, ref_hash=op.ref_hash,
+                 impl_hash=op["compile"].impl_hash, ref_fwd_ms=1.0) for cid in sorted(ids)]
+
+
+def test_the_curves_follow_the_records_device():
+    from popcorn.bench.fill import CPU_BUDGET_BYTES
+
+    small = plan_for(OPS["softmax"], CPU_BUDGET_BYTES).curves
+    assert len(small) < len(plan_for(OPS["softmax"], A.H200_BYTES).curves)  # so the device matters below
+    cpu = A.check(softmax_rows("cpu:x86_64", CPU_BUDGET_BYTES), OPS, release=True)
+    assert cpu.passed and cpu.tally.curves + cpu.tally.curves_gated == len(small)
+    # the same rows claimed by an H200 miss the curves only its memory plans
+    (f,) = audit(softmax_rows("NVIDIA H200", CPU_BUDGET_BYTES), OPS, release=True)
+    assert f.kind == CURVES and f.blocking
+    forty = 40 * 10**9
+    assert A.check(softmax_rows("NVIDIA A100-SXM4-40GB", forty), OPS, release=True).passed
+    # an explicit budget overrides the device's
+    assert A.check(softmax_rows("cpu:x86_64", CPU_BUDGET_BYTES), OPS, release=True,
+                   device_bytes=A.H200_BYTES).failing == {("softmax", "compile"): [CURVES]}
+
+
+def test_unknown_device_skips_the_curves_with_a_note():
+    rows = softmax_rows("Tesla V100-SXM2-16GB", A.H200_BYTES, points=1)
+    (f,) = audit(rows, OPS, release=True)
+    assert (f.kind, f.blocking) == (UNSIZED, False) and "Tesla V100-SXM2-16GB" in f.detail
+    assert A.check(rows, OPS, release=True).passed
+    assert audit(rows, OPS, release=False) == []  # curves are a release gate only
+    # with a known device beside it, that device's plan applies to the pooled rows
+    known = rows + [make(op="softmax", impl="compile", case_id="x", device="NVIDIA H200", ref_hash=rows[0].ref_hash,
+                         impl_hash=rows[0].impl_hash)]
+    assert {f.kind for f in audit(known, OPS, release=True)} == {CURVES}

@@ -2,7 +2,8 @@
 
 import io
 
-from popcorn.bench.view import EXPLORER, columns, run_view, support_matrix
+from popcorn.bench.view import ALL, EMPTY, EXPLORER, NONE, STALE, UNREGISTERED, Cell, columns, matrix, run_view, \
+    support_matrix
 from popcorn.kernels import OPS
 
 from .test_record import make
@@ -73,3 +74,19 @@ def test_run_view_footer():
     assert f"Explorer: {EXPLORER}" in text and EXPLORER == "streamlit run dashboards/explorer.py"
     empty = io.StringIO()
     assert run_view([], OPS, out=empty) == 1 and "no records" in empty.getvalue()
+
+
+def test_matrix_is_data_without_text():
+    records = [row(ref_fwd_ms=1.0, fwd_ms=0.5), row(case_id="f", status="fail", fwd_ms=None, impl_hash="cccccccccccc"),
+               row(impl="torch", fwd_ms=1.0), make(op="gone")]
+    m = matrix(records, OPS)
+    assert m.ops == sorted(OPS) and m.impls == columns(OPS)
+    assert m.cells["rms_norm", "compile"] == Cell(ALL, rows=2, current=1, statuses={"pass": 1}, speedup=2.0)
+    assert m.cells["rms_norm", "torch"] == Cell(ALL, 1, 1, {"pass": 1}, None)  # the reference has no speedup
+    assert m.cells["rms_norm", "sdpa:flash"].state == UNREGISTERED and m.cells["softmax", "compile"].state == EMPTY
+    assert (m.rows, m.current, m.unregistered, m.ops_with_rows) == (4, 2, 1, 1)
+    assert matrix([row(impl_hash="cccccccccccc")], OPS).cells["rms_norm", "compile"].state == STALE
+    assert matrix([row(status="oom", fwd_ms=None)], OPS).cells["rms_norm", "compile"] == Cell(NONE, 1, 1, {"oom": 1})
+    # no marks, padding or escapes in the data: a dashboard renders it its own way
+    texts = [v for c in m.cells.values() for v in (c.state, *c.statuses)]
+    assert all(t.isascii() and t.isprintable() for t in texts)
