@@ -108,7 +108,7 @@ def liger_variants():
         return LigerRMSNormFunction.apply(x, w, eps)
 
     def ce(logits, target):
-        return LigerCrossEntropyFunction.apply(logits, target)[0]
+        return LigerCrossEntropyFunction.apply(logits, target, None)[0]  # (input, target, class weight)
     return {"rms": rms, "swi": LigerSiLUMulFunction.apply, "ce": ce}
 
 

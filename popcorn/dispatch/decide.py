@@ -67,11 +67,22 @@ def call_group(op, arguments: dict, binding) -> dict:
     """What rows must share with the call to be its evidence (dtype None: mixed float dtypes)."""
     case = op.case(arguments, binding)
     return {
-        "case_id": case.case_id if case else None, "dims": dict(binding.dims), "batch": tuple(binding.batch or ()),
+        "case_id": case.case_id if case else None, "dims": dict(binding.dims),
+        "batch": _rows(op.batch, tuple(binding.batch or ())), "flat": op.batch == "token_rows",
         "dtype": case.dtype if case else None, "args": {n: arguments[n] for n in op.scalars},
         "present": tuple(sorted(n for n in op.optional if arguments.get(n) is not None)),
         "device": device_of(arguments),
     }
+
+
+def _rows(kind: str, batch: tuple) -> tuple:
+    """A row-wise op's leading dims as one count of rows: (1, 4096) tokens run as (4096,) do, so a
+    (batch, seq, hidden) training call reads the plan's (rows, hidden) records."""
+    return (math.prod(batch),) if kind == "token_rows" else batch
+
+
+def _row_batch(row: dict, call: dict) -> tuple:
+    return _rows("token_rows" if call["flat"] else "...", row["batch"])
 
 
 def _same_group(row: dict, call: dict, grad: bool) -> bool:
@@ -81,12 +92,12 @@ def _same_group(row: dict, call: dict, grad: bool) -> bool:
     for k, v in call["args"].items():
         if not isinstance(v, float) and row["args"].get(k, v) != v:
             return False
-    return set(row["dims"]) == set(call["dims"]) and len(row["batch"]) == len(call["batch"])
+    return set(row["dims"]) == set(call["dims"]) and len(_row_batch(row, call)) == len(call["batch"])
 
 
 def _distance(row: dict, call: dict) -> float:
     d = sum((math.log1p(row["dims"][k]) - math.log1p(v)) ** 2 for k, v in call["dims"].items())
-    d += sum((math.log1p(a) - math.log1p(b)) ** 2 for a, b in zip(row["batch"], call["batch"]))
+    d += sum((math.log1p(a) - math.log1p(b)) ** 2 for a, b in zip(_row_batch(row, call), call["batch"]))
     d += sum(1.0 for k, v in call["args"].items() if isinstance(v, float) and row["args"].get(k) != v)
     return d
 

@@ -26,10 +26,10 @@ def env(tmp_path, monkeypatch):
     evidence.reset()
 
 
-def make_op():
+def make_op(batch="..."):
     declare_backend(Backend("toy", None))
 
-    @register_kernel(compile=False)
+    @register_kernel(compile=False, batch=batch)
     def toy_norm(x: Float["... hidden"], eps: float = 1e-6) -> Float["... hidden"]:
         """Scale x.
 
@@ -249,3 +249,17 @@ def test_gradient_rows_without_a_step_host_time_fall_back_to_the_forward_host_ti
     args = op.arguments((torch.randn(4, 64, requires_grad=True),), {})
     assert decide(op, args, True).impl == "torch"  # the step pays at least its forward's 200 us
     assert decide(op, args, True, graph=True).impl == "toy:fast"
+
+
+def test_a_row_wise_op_reads_rows_records_for_batch_by_sequence_calls():
+    op = make_op(batch="token_rows")
+    # the plan measures (rows, hidden); training calls (batch, seq, hidden) with the same rows
+    store.write([row(op, "toy:fast", h, fwd=0.5, batch=(4096,)) for h in (32, 128)])
+    assert last(op, torch.randn(2, 2048, 64)) == "toy:fast"
+    assert last(op, torch.randn(64)) == "toy:fast"  # one row, no leading dims
+
+
+def test_leading_dims_of_other_ops_keep_their_rank():
+    op = make_op()
+    store.write([row(op, "toy:fast", h, fwd=0.5, batch=(4096,)) for h in (32, 128)])
+    assert last(op, torch.randn(2, 2048, 64)) == "torch"  # no evidence of rank 2
