@@ -7,6 +7,8 @@ from itertools import combinations
 import pytest
 
 from popcorn.bench import plan as P
+from popcorn.bench.frontier import Frontier
+from popcorn.bench.slice_spec import parse_slice
 from popcorn.core import Case
 from popcorn.kernels import OPS
 
@@ -339,35 +341,35 @@ def test_present_variant_curve(plans):
 
 def test_parse_slice_example():
     op = OPS["rms_norm"]
-    axis, ctx = P.parse_slice(op, ["normalized_shape", "dtype=float16", "...=[8]", "eps=0.000001"])
+    axis, ctx = parse_slice(op, ["normalized_shape", "dtype=float16", "...=[8]", "eps=0.000001"])
     assert axis == "normalized_shape"
     assert ctx == {"dtype": "float16", "...": [8], "eps": 1e-6, "present": ()}
-    axis, ctx = P.parse_slice(OPS["layer_norm"],
+    axis, ctx = parse_slice(OPS["layer_norm"],
                               ["...", "dtype=bfloat16", "normalized_shape=4096", "eps=1e-05", "+bias"])
     assert axis == "..." and ctx["present"] == ("bias",) and ctx["normalized_shape"] == 4096
-    _, ctx = P.parse_slice(OPS["cross_entropy"], ["tokens", "reduction=sum", "label_smoothing=0"])
+    _, ctx = parse_slice(OPS["cross_entropy"], ["tokens", "reduction=sum", "label_smoothing=0"])
     assert ctx["reduction"] == "sum" and ctx["label_smoothing"] == 0.0 and type(ctx["label_smoothing"]) is float
 
 
 def test_parse_slice_errors():
     op = OPS["rms_norm"]
     with pytest.raises(ValueError, match="valid: .*normalized_shape.*dtype.*eps"):
-        P.parse_slice(op, ["normalized_shape", "epsilon=1e-6"])
+        parse_slice(op, ["normalized_shape", "epsilon=1e-6"])
     with pytest.raises(ValueError, match="axes are"):
-        P.parse_slice(op, ["hidden", "dtype=float32"])
+        parse_slice(op, ["hidden", "dtype=float32"])
     with pytest.raises(ValueError, match="optional"):
-        P.parse_slice(op, ["normalized_shape", "+bias"])
+        parse_slice(op, ["normalized_shape", "+bias"])
     with pytest.raises(ValueError, match="name=JSON"):
-        P.parse_slice(op, ["normalized_shape", "float16"])
+        parse_slice(op, ["normalized_shape", "float16"])
     with pytest.raises(ValueError, match="axis"):
-        P.parse_slice(op, [])
+        parse_slice(op, [])
     with pytest.raises(ValueError, match="int"):
-        P.parse_slice(op, ["...", "normalized_shape=big"])
+        parse_slice(op, ["...", "normalized_shape=big"])
 
 
 def test_slice_keeps_context():
     op = OPS["rms_norm"]
-    axis, ctx = P.parse_slice(op, ["normalized_shape", "dtype=float16", "...=[8]", "eps=0.000001"])
+    axis, ctx = parse_slice(op, ["normalized_shape", "dtype=float16", "...=[8]", "eps=0.000001"])
     plan = P.slice_cases(op, axis, ctx, BIG)
     assert len(plan.cases) == 34 and len(plan.curves) == 1
     for p in plan.cases:
@@ -439,7 +441,7 @@ def _rms(n, batch=(8,), dtype="float32", eps=1e-6):
 
 
 def test_frontier_blocks_dominated():
-    f = P.Frontier()
+    f = Frontier()
     s = "coverage-float32-grad"
     f.add(_rms(4096, (16,)), True, s)
     assert f.blocks(_rms(4096, (16,)), True, s)
@@ -456,7 +458,7 @@ def test_frontier_blocks_dominated():
 
 
 def test_frontier_keeps_minimal_points():
-    f = P.Frontier()
+    f = Frontier()
     s = "production-bfloat16-grad"
     f.add(_rms(8192, (32,)), True, s)
     f.add(_rms(16384, (64,)), True, s)  # dominated by the first: not kept
