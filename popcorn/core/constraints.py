@@ -239,14 +239,22 @@ def declared(op, constraints) -> tuple[Constraint, ...]:
     return out
 
 
-def check(op: str, constraints, dims: dict, batch, args: dict) -> None:
-    """Raise ConstraintError for the first constraint a call breaks (``plan_only`` ones are skipped)."""
+def violation(constraints, dims: dict, batch, args: dict) -> str | None:
+    """What the first constraint a call breaks says, or None (``plan_only`` ones are skipped). Usable
+    wherever dims are known: binding, and later a backend's own limits as a gate."""
     v = Values(dims, batch, args)
     for c in constraints:
-        if not c.plan_only:
-            problem = c.violation(v)
-            if problem:
-                raise ConstraintError(f"{op}: {problem}")
+        problem = None if c.plan_only else c.violation(v)
+        if problem:
+            return problem
+    return None
+
+
+def check(op: str, constraints, dims: dict, batch, args: dict) -> None:
+    """Raise ConstraintError for the first constraint a call breaks."""
+    problem = violation(constraints, dims, batch, args)
+    if problem:
+        raise ConstraintError(f"{op}: {problem}")
 
 
 def repaired(constraints, dims: dict, batch, args: dict) -> tuple[dict, tuple, dict]:

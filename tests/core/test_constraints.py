@@ -5,14 +5,12 @@ import torch
 
 from popcorn.bench import plan as P
 from popcorn.core import Case, DispatchError, Float, register_kernel
-from popcorn.core.constraints import (ConstraintError, at_least, at_most, batch_broadcasts, divides, even,
-                                      multiple_of, repaired)
+from popcorn.core.constraints import (ConstraintError, Values, at_least, at_most, batch_broadcasts, divides, even,
+                                      multiple_of, repaired, violation)
 from popcorn.kernels import OPS
 
 
 def problem(c, dims, batch=(), args=None):
-    from popcorn.core.constraints import Values
-
     return c.violation(Values(dict(dims), batch, dict(args or {})))
 
 
@@ -110,6 +108,8 @@ def test_plan_only_rules_shape_the_plan_but_not_calls():
     case = Case({"total": 2, "q_heads": 2, "kv_heads": 2, "head_dim": 8, "boundaries": 5}, (), "float32",
                 {"causal": True, "scale": None})
     assert P.repair(op, case).dims["boundaries"] == 3
+    assert violation(op.constraints, case.dims, (), case.args) is None
+    assert "kv_heads" in violation(op.constraints, {**case.dims, "kv_heads": 3}, (), case.args)
 
 
 def toy(**kw):
