@@ -28,6 +28,8 @@ from popcorn.schema import REFERENCE_TIMED, REUSABLE  # REUSABLE: error rows are
 
 from . import plan as planning
 from . import store
+from .frontier import Frontier
+from .slice_spec import parse_slice
 from .api import _record, device_name
 from .compare import Result
 from .record import CRASH, OOM, SENTINEL_REASON, STATUSES, TIMEOUT, Record
@@ -216,7 +218,7 @@ def fill(ops: list[Op], *, backends: list[str] | None = None, limit: int | None 
         for op in ops:
             impls = backends_for(op, backends, out)
             if slice_spec:
-                axis, context = planning.parse_slice(op, slice_spec)
+                axis, context = parse_slice(op, slice_spec)
                 the_plan = planning.slice_cases(op, axis, context, budget)
             else:
                 the_plan = planning.case_plan(op, budget)
@@ -232,7 +234,7 @@ def fill(ops: list[Op], *, backends: list[str] | None = None, limit: int | None 
                         cached[(r.impl, r.case_id, r.grad)] = r
                 for path, line, why in bad:
                     print(f"skipped {path}:{line} ({why})", file=out)
-            frontiers = {name: planning.Frontier() for name in impls}
+            frontiers = {name: Frontier() for name in impls}
             for (impl, _, grad), r in cached.items():
                 if r.status in (OOM, TIMEOUT) and impl in frontiers:
                     planned = Case.from_config(json.loads(r.config))

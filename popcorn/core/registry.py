@@ -16,6 +16,7 @@ from typing import Any, Callable
 import torch
 
 from . import hotpath, metadata
+from .constraints import check, declared
 from .errors import DispatchError
 from .fingerprint import fingerprint
 from .hotpath import PREFERENCE
@@ -72,7 +73,8 @@ class Op:
 
     def __init__(self, fn: Callable, *, name: str | None = None, args: dict | None = None,
                  inputs: dict | None = None, tags=(), compile: bool = True, batch: str = "...",
-                 workspace: Callable | None = None, fake: Callable | None = None, layout: str | None = None):
+                 workspace: Callable | None = None, fake: Callable | None = None, layout: str | None = None,
+                 constraints=(), primary: str | None = None):
         INSTANCES.add(self)
         self.reference = fn
         self.layout = layout  # the tensor layout in words, appended to shape errors
@@ -106,6 +108,8 @@ class Op:
         self.outputs: tuple[TensorSpec, ...] = tuple(
             a for a in (typing.get_args(ret) if typing.get_origin(ret) is tuple else (ret,)) if isinstance(a, TensorSpec))
         self.optional = tuple(n for n, s in self.specs.items() if s.optional)
+        self.primary = primary  # the axis the plan varies scalars and optionals along (None: its default)
+        self.constraints = declared(self, constraints)  # checked at binding, repaired onto by the plan
         if batch != "...":
             from .dims import BATCH_DIMS
 
@@ -195,11 +199,13 @@ class Op:
     def bind(self, arguments: dict) -> Binding:
         """Check the call against the annotations and bind its dims; raises DispatchError."""
         try:
-            return bind(self.name, self.specs, arguments)
+            binding = bind(self.name, self.specs, arguments)
+            check(self.name, self.constraints, binding.dims, binding.batch, arguments)
+            return binding
         except DispatchError as e:
             if self.layout is None:
                 raise
-            raise DispatchError(f"{e}; layout: {self.layout}") from None
+            raise type(e)(f"{e}; layout: {self.layout}") from None
 
     def case(self, arguments: dict, binding: Binding | None = None):
         """The Case this call represents, or None when its float tensors mix dtypes (no single case)."""
@@ -300,7 +306,8 @@ def _harness(name: str) -> Callable:
 
 def register_kernel(fn: Callable | None = None, *, name: str | None = None, args: dict | None = None,
                     inputs: dict | None = None, tags=(), compile: bool = True, batch: str = "...",
-                    workspace: Callable | None = None, fake: Callable | None = None, layout: str | None = None):
+                    workspace: Callable | None = None, fake: Callable | None = None, layout: str | None = None,
+                    constraints=(), primary: str | None = None):
     """Turn a pure-PyTorch reference into an :class:`Op`.
 
     ``args`` gives scalar value pools for the case plan (the default always comes first);
@@ -313,8 +320,11 @@ def register_kernel(fn: Callable | None = None, *, name: str | None = None, args
     computes the outputs' shapes and dtypes for torch.compile where the reference reads tensor
     values (varlen's sequence boundaries); it defaults to the reference. ``layout`` describes the
     expected tensor layout in words; shape errors end with it (attention's head-major layout).
+    ``constraints`` (:mod:`popcorn.core.constraints`) are rules over dims and scalars that binding
+    checks and the plan repairs onto; ``primary`` names the axis the plan's scalar and optional
+    curves vary (default: the first temporal dim, else the first input's last dim).
     """
     def wrap(f):
         return Op(f, name=name, args=args, inputs=inputs, tags=tags, compile=compile, batch=batch,
-                  workspace=workspace, fake=fake, layout=layout)
+                  workspace=workspace, fake=fake, layout=layout, constraints=constraints, primary=primary)
     return wrap(fn) if fn is not None else wrap

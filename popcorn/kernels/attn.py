@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from popcorn.core import HALF, Float, register_kernel
+from popcorn.core.constraints import divides
 from popcorn.core.numerics import upcast
 
 
@@ -20,10 +21,7 @@ def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, 
     Each kv head serves ``q_heads // kv_heads`` consecutive q heads (repeat_interleave); the causal
     mask is the top-left-aligned lower triangle.
     """
-    q_heads, kv_heads = q.shape[-3], k.shape[-3]
-    if kv_heads == 0 or q_heads % kv_heads:
-        raise ValueError(f"q_heads={q_heads} must be a multiple of kv_heads={kv_heads} for grouped-query attention")
-    groups = q_heads // kv_heads
+    groups = q.shape[-3] // k.shape[-3]  # the op's binding checked that kv_heads divides q_heads
     qf, kf, vf = upcast(q), upcast(k), upcast(v)
     if groups > 1:
         kf = kf.repeat_interleave(groups, dim=-3)
@@ -42,12 +40,15 @@ def _scores(case) -> int:
     return d["batch"] * d["q_heads"] * d["seq"] ** 2
 
 
+# grouped-query attention: each kv head serves q_heads // kv_heads consecutive q heads
+GQA = divides("kv_heads", "q_heads", why="each kv head serves q_heads // kv_heads consecutive q heads")
+
 LAYOUT = ("q, k and v are (batch, heads, seq, head_dim), the layout F.scaled_dot_product_attention takes; "
           "flash-attn's (batch, seq, heads, head_dim) needs .transpose(1, 2)")
 
 
 @register_kernel(workspace=_scores, args={"is_causal": [True, False], "scale": [None, 0.125]}, layout=LAYOUT,
-                 tags=("attention",))
+                 constraints=[GQA], tags=("attention",))
 def attn(
     q: Float["batch q_heads seq head_dim"],
     k: Float["batch kv_heads seq head_dim"],

@@ -3,8 +3,9 @@
 import torch
 
 from popcorn.core import Float, Int, register_kernel
+from popcorn.core.constraints import at_most
 
-from .attn import _attention
+from .attn import GQA, _attention
 
 
 def _cu_seqlens(shape, case, generator):
@@ -34,7 +35,12 @@ def _like_q(q, k, v, cu_seqlens, causal=True, scale=None):
     return torch.empty_like(q)
 
 
-@register_kernel(workspace=_scores, fake=_like_q, args={"scale": [None, 0.125]}, inputs={"cu_seqlens": _cu_seqlens}, tags=("attention", "varlen"))
+# More boundaries than total + 1 are legal calls (trailing empty sequences) that the plan gains nothing from.
+_BOUNDARIES = at_most("boundaries", "total+1", plan_only=True, why="at most one sequence per token")
+
+
+@register_kernel(workspace=_scores, fake=_like_q, args={"scale": [None, 0.125]}, inputs={"cu_seqlens": _cu_seqlens},
+                 constraints=[GQA, _BOUNDARIES], tags=("attention", "varlen"))
 def attn_varlen(
     q: Float["total q_heads head_dim"],
     k: Float["total kv_heads head_dim"],

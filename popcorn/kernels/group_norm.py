@@ -3,10 +3,15 @@
 import torch
 
 from popcorn.core import Float, register_kernel
+from popcorn.core.constraints import divides
 from popcorn.core.numerics import upcast
 
 
-@register_kernel(args={"num_groups": [32, 1, 8]}, tags=("normalization",))
+GROUPS = divides("num_groups", "channels", why="each group normalizes channels // num_groups channels")
+
+
+# primary: num_groups and bias curves run along channels, the axis num_groups splits (the default is width)
+@register_kernel(args={"num_groups": [32, 1, 8]}, primary="channels", constraints=[GROUPS], tags=("normalization",))
 def group_norm(
     x: Float["batch channels width"],
     weight: Float["channels"],
@@ -20,9 +25,7 @@ def group_norm(
 
     [Wu and He, 2018](https://arxiv.org/abs/1803.08494)
     """
-    n, channels, width = x.shape
-    if channels % num_groups != 0:
-        raise ValueError(f"group_norm: channels={channels} is not divisible by num_groups={num_groups}")
+    n, channels, width = x.shape  # the op's binding checked that num_groups divides channels
     xf = upcast(x).reshape(n, num_groups, (channels // num_groups) * width)
     mean = xf.mean(-1, keepdim=True)
     centered = xf - mean

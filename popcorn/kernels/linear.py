@@ -13,7 +13,8 @@ def _output(case) -> int:
     return math.prod(case.batch) * case.dims["out_features"]
 
 
-@register_kernel(batch="token_rows", workspace=_output, tags=("linear",))
+# primary: the bias curve runs along token rows, how training scales linear (the default is in_features)
+@register_kernel(batch="token_rows", workspace=_output, primary="...", tags=("linear",))
 def linear(
     input: Float["... in_features"],
     weight: Float["out_features in_features"],

@@ -7,6 +7,7 @@ passes them (1 broadcasts); they broadcast over the heads.
 import torch
 
 from popcorn.core import Float, register_kernel
+from popcorn.core.constraints import batch_broadcasts, divides, even
 from popcorn.core.numerics import upcast
 
 ROPE_BASE = 10000.0
@@ -34,7 +35,15 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x2, x1), dim=-1)
 
 
-@register_kernel(inputs={"cos": _cos, "sin": _sin}, tags=("positional",))
+CONSTRAINTS = [
+    even("head_dim", why="rotate_half swaps the two halves of head_dim"),
+    batch_broadcasts("batch", of="cos/sin"),
+    # rope rotates any head counts; the plan keeps to the grouped-query shapes attention takes
+    divides("kv_heads", "q_heads", plan_only=True),
+]
+
+
+@register_kernel(inputs={"cos": _cos, "sin": _sin}, constraints=CONSTRAINTS, tags=("positional",))
 def rope(
     q: Float["batch q_heads seq head_dim"],
     k: Float["batch kv_heads seq head_dim"],
@@ -48,13 +57,7 @@ def rope(
     [Su et al., 2021](https://arxiv.org/abs/2104.09864)
     [HF Llama apply_rotary_pos_emb](https://github.com/huggingface/transformers/blob/main/src/transformers/models/llama/modeling_llama.py)
     """
-    head_dim = q.shape[-1]
-    if head_dim % 2:
-        raise ValueError(f"rope: head_dim must be even to rotate halves, got {head_dim}")
-    batch, lead = q.shape[0], tuple(cos.shape[:-2])
-    if lead not in ((), (1,), (batch,)):
-        raise ValueError(f"rope: cos/sin of shape {list(cos.shape)}: their leading dims {list(lead)} must be none "
-                         f"(one table for the batch), 1, or the q/k batch ({batch})")
+    # the op's binding checked head_dim is even and cos/sin lead with none, 1 or the batch
     c = upcast(cos).reshape(-1, *cos.shape[-2:]).unsqueeze(1)  # (1 or batch, 1, seq, head_dim): every head
     s = upcast(sin).reshape(-1, *sin.shape[-2:]).unsqueeze(1)
     qf, kf = upcast(q), upcast(k)

@@ -1,8 +1,8 @@
-"""The case plan: coverage, curves, repair, fit, fp16 fan-in, slices, sampling and the frontier."""
+"""The case plan: determinism, curves, repair, fit, fp16 fan-in and sampling (the covering array, slices and the
+frontier: test_covering.py, test_slices.py, test_frontier.py)."""
 
 import math
 import re
-from itertools import combinations
 
 import pytest
 
@@ -69,51 +69,6 @@ def test_smallest_first_within_each_stratum(plans, name):
         block = [p for p in plan.cases if p.stratum == s]
         keys = [(P.estimated_bytes(op, p.case), p.case.case_id) for p in block]
         assert keys == sorted(keys)
-
-
-# -- coverage ------------------------------------------------------------------------------
-
-@pytest.mark.parametrize("name", ["rms_norm", "attn", "cross_entropy", "layer_norm", "group_norm"])
-def test_pairwise_coverage_before_repair(name):
-    """Every value of every axis and every value pair of every two axes appears in the covering
-    rows. This holds before repair only: repair (kv_heads, num_groups, ...) may merge rows."""
-    op = OPS[name]
-    axes = P.coverage_axes(op)
-    rows = P.coverage_rows(op)
-    names = [a for a, _ in axes]
-    assert "dtype" in names and set(P.dim_axes(op)) <= set(names)
-    assert set(op.arg_pools) <= set(names) and {f"+{o}" for o in op.optional} <= set(names)
-    for axis, pool in axes:
-        assert {repr(r[axis]) for r in rows} == {repr(v) for v in pool}, axis
-    for (a, pa), (b, pb) in combinations(axes, 2):
-        seen = {(repr(r[a]), repr(r[b])) for r in rows}
-        want = {(repr(x), repr(y)) for x in pa for y in pb}
-        assert want <= seen, (a, b, sorted(want - seen)[:5])
-    first = {a: pool[0] for a, pool in axes}
-    last = {a: pool[-1] for a, pool in axes}
-    assert rows[0] == first and rows[-1] == last
-
-
-def test_coverage_axes_of_attn_and_cross_entropy():
-    attn = dict(P.coverage_axes(OPS["attn"]))
-    assert attn["dtype"] == ("float32", "bfloat16", "float16")
-    assert attn["seq"][-1] == 1024 * 1024 and attn["kv_heads"] == (1, 2, 4, 8, 16, 32, 40, 64, 128)
-    assert attn["is_causal"] == (True, False) and attn["scale"] == (None, 0.125)
-    ce = dict(P.coverage_axes(OPS["cross_entropy"]))
-    assert set(ce) == {"tokens", "vocab", "dtype", "ignore_index", "label_smoothing", "reduction"}
-    rms = dict(P.coverage_axes(OPS["rms_norm"]))
-    # a row-wise op's '...' counts token rows: edge sizes and training sizes to 64K
-    assert rms["..."] == (0, 1, 3, 17, 64, 1447, 4096, 65536)
-    assert dict(P.coverage_axes(OPS["matmul"]))["..."] == (0, 1, 2, 4, 8, 16, 32, 64)
-    assert dict(P.coverage_axes(OPS["layer_norm"]))["+bias"] == (False, True)
-
-
-def test_covering_rows_complete_for_small_signatures():
-    for sizes in ([2], [3, 1], [1, 1, 1], [4, 3, 2, 2, 2], [5, 5, 5]):
-        rows = P.covering_rows(sizes)
-        for i, j in combinations(range(len(sizes)), 2):
-            assert {(r[i], r[j]) for r in rows} == {(a, b) for a in range(sizes[i]) for b in range(sizes[j])}
-        assert rows[0] == tuple(0 for _ in sizes) and rows[-1] == tuple(s - 1 for s in sizes)
 
 
 def test_batch_axis_builds_batch():
@@ -334,89 +289,6 @@ def test_present_variant_curve(plans):
     cases = {p.case.case_id: p.case for p in plan.cases}
     assert all(cases[i].present == ("bias",) for i in c.case_ids)
 
-
-# -- slices --------------------------------------------------------------------------------
-
-def test_parse_slice_example():
-    op = OPS["rms_norm"]
-    axis, ctx = P.parse_slice(op, ["normalized_shape", "dtype=float16", "...=[8]", "eps=0.000001"])
-    assert axis == "normalized_shape"
-    assert ctx == {"dtype": "float16", "...": [8], "eps": 1e-6, "present": ()}
-    axis, ctx = P.parse_slice(OPS["layer_norm"],
-                              ["...", "dtype=bfloat16", "normalized_shape=4096", "eps=1e-05", "+bias"])
-    assert axis == "..." and ctx["present"] == ("bias",) and ctx["normalized_shape"] == 4096
-    _, ctx = P.parse_slice(OPS["cross_entropy"], ["tokens", "reduction=sum", "label_smoothing=0"])
-    assert ctx["reduction"] == "sum" and ctx["label_smoothing"] == 0.0 and type(ctx["label_smoothing"]) is float
-
-
-def test_parse_slice_errors():
-    op = OPS["rms_norm"]
-    with pytest.raises(ValueError, match="valid: .*normalized_shape.*dtype.*eps"):
-        P.parse_slice(op, ["normalized_shape", "epsilon=1e-6"])
-    with pytest.raises(ValueError, match="axes are"):
-        P.parse_slice(op, ["hidden", "dtype=float32"])
-    with pytest.raises(ValueError, match="optional"):
-        P.parse_slice(op, ["normalized_shape", "+bias"])
-    with pytest.raises(ValueError, match="name=JSON"):
-        P.parse_slice(op, ["normalized_shape", "float16"])
-    with pytest.raises(ValueError, match="axis"):
-        P.parse_slice(op, [])
-    with pytest.raises(ValueError, match="int"):
-        P.parse_slice(op, ["...", "normalized_shape=big"])
-
-
-def test_slice_keeps_context():
-    op = OPS["rms_norm"]
-    axis, ctx = P.parse_slice(op, ["normalized_shape", "dtype=float16", "...=[8]", "eps=0.000001"])
-    plan = P.slice_cases(op, axis, ctx, BIG)
-    assert len(plan.cases) == 34 and len(plan.curves) == 1
-    for p in plan.cases:
-        assert p.case.batch == (8,) and p.case.dtype == "float16" and p.case.args == {"eps": 1e-6}
-        assert p.stratum == "production-float16-grad" and p.series == plan.curves[0].name
-    assert plan.curves[0].case_ids == tuple(p.case.case_id for p in
-                                            sorted(plan.cases, key=lambda p: p.case.dims["normalized_shape"]))
-    # the same slice twice is the same plan, whichever form the batch takes
-    again = P.slice_cases(op, axis, {**ctx, "...": (8,)}, BIG)
-    assert _ids(again) == _ids(plan) and again.curves == plan.curves
-
-
-def test_slice_drops_instead_of_altering():
-    op = OPS["attn_varlen"]
-    ctx = {"dtype": "bfloat16", "q_heads": 32, "kv_heads": 8, "head_dim": 128, "boundaries": 33,
-           "causal": True, "scale": None}
-    plan = P.slice_cases(op, "total", ctx, BIG)
-    totals = sorted(p.case.dims["total"] for p in plan.cases)
-    assert totals and min(totals) >= 32 and max(totals) <= 32768  # total < 32 would repair boundaries
-    assert all(p.case.dims["boundaries"] == 33 for p in plan.cases)
-    gn = OPS["group_norm"]
-    plan = P.slice_cases(gn, "channels", {"dtype": "float32", "batch": 8, "width": 256, "num_groups": 32,
-                                          "eps": 1e-5}, BIG)
-    assert plan.cases and all(p.case.args["num_groups"] == 32 and p.case.dims["channels"] % 32 == 0
-                              for p in plan.cases)
-    # the swept axis itself may be repaired (kv_heads 40, 64, 128 -> 32), the context may not
-    kv = P.slice_cases(OPS["attn"], "kv_heads", {"dtype": "float32", "batch": 2, "q_heads": 32, "seq": 256,
-                                                  "head_dim": 64, "is_causal": True, "scale": None}, BIG)
-    assert sorted(p.case.dims["kv_heads"] for p in kv.cases) == [1, 2, 4, 8, 16, 32]
-
-
-def test_slice_missing_context():
-    op = OPS["attn"]
-    with pytest.raises(ValueError, match=r"lacks .*kv_heads.*is_causal.*scale"):
-        P.slice_cases(op, "seq", {"dtype": "float32", "batch": 1, "q_heads": 8, "head_dim": 64}, BIG)
-    with pytest.raises(ValueError, match="lacks \\.\\.\\."):
-        P.slice_cases(OPS["rms_norm"], "normalized_shape", {"dtype": "float32", "eps": 1e-6}, BIG)
-    with pytest.raises(ValueError, match="dtype"):
-        P.slice_cases(OPS["rms_norm"], "normalized_shape", {"dtype": "int8", "...": [], "eps": 1e-6}, BIG)
-
-
-def test_slice_fit_and_temporal_cap():
-    op = OPS["cross_entropy"]
-    ctx = {"dtype": "float32", "vocab": 128256, "ignore_index": -100, "label_smoothing": 0.0, "reduction": "mean"}
-    plan = P.slice_cases(op, "tokens", ctx, BIG)
-    tokens = [p.case.dims["tokens"] for p in plan.cases]
-    assert max(tokens) < 32768 and plan.dropped > 0  # 32K x 128256 fp32 cannot fit its copies in 141 GB
-
-
 # -- sampling ------------------------------------------------------------------------------
 
 def test_sample(plans):
@@ -430,39 +302,3 @@ def test_sample(plans):
     assert all(c.case_ids and set(c.case_ids) <= sampled for c in a.curves)
     assert len(P.sample(plan, 10**6).cases) == len(plan.cases)
     assert _ids(P.sample(plan, 10)) != _ids(P.sample(plans("rms_norm"), 10))
-
-
-# -- frontier ------------------------------------------------------------------------------
-
-def _rms(n, batch=(8,), dtype="float32", eps=1e-6):
-    return Case({"normalized_shape": n}, batch, dtype, {"eps": eps})
-
-
-def test_frontier_blocks_dominated():
-    f = P.Frontier()
-    s = "coverage-float32-grad"
-    f.add(_rms(4096, (16,)), True, s)
-    assert f.blocks(_rms(4096, (16,)), True, s)
-    assert f.blocks(_rms(8192, (32,)), True, s)
-    assert not f.blocks(_rms(2048, (16,)), True, s)
-    assert not f.blocks(_rms(8192, (8,)), True, s)  # mixed trade-off: smaller batch, larger dim
-    assert not f.blocks(_rms(8192, (32,)), False, s)  # other gradient mode
-    assert not f.blocks(_rms(8192, (32,)), True, "production-float32-grad")  # other stratum
-    assert not f.blocks(_rms(8192, (32,), eps=1e-5), True, s)  # other args
-    assert not f.blocks(_rms(8192, (32,), dtype="bfloat16"), True, s)  # other dtype
-    assert not f.blocks(_rms(8192, ()), True, s)  # other batch rank
-    ln = Case({"normalized_shape": 8192}, (32,), "float32", {"eps": 1e-6}, ("bias",))
-    assert not f.blocks(ln, True, s)  # other present set
-
-
-def test_frontier_keeps_minimal_points():
-    f = P.Frontier()
-    s = "production-bfloat16-grad"
-    f.add(_rms(8192, (32,)), True, s)
-    f.add(_rms(16384, (64,)), True, s)  # dominated by the first: not kept
-    assert len(f) == 1
-    f.add(_rms(4096, (64,)), True, s)  # a trade-off: kept beside the first
-    assert len(f) == 2
-    f.add(_rms(4096, (16,)), True, s)  # dominates both: replaces them
-    assert len(f) == 1
-    assert f.blocks(_rms(4096, (64,)), True, s) and not f.blocks(_rms(2048, (64,)), True, s)
