@@ -18,8 +18,8 @@ import torch
 from popcorn.core import Float, Int, register_kernel
 from popcorn.core.numerics import upcast
 
-from .cross_entropy import target_domain as _labels_domain
-from .kl_div import _pointwise, kl_terms, log_probs
+from ..cross_entropy import target_domain as _labels_domain
+from ..kl_div import _pointwise, kl_terms, log_probs
 
 
 @register_kernel(workspace=_pointwise, args={"beta": [0.5, 0.0, 1.0]},

@@ -7,12 +7,13 @@ declared value): that is how training calls it.
 """
 
 import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention import SDPBackend
 
-from popcorn.core import HALF, Float, register_kernel
+from popcorn.core import HALF, Float, dtypes, register_kernel
 from popcorn.core.constraints import divides
 from popcorn.core.numerics import upcast
+
+from . import sdpa
 
 
 def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float | None) -> torch.Tensor:
@@ -66,38 +67,10 @@ def attn(
     return _attention(q, k, v, is_causal, scale).to(q.dtype)
 
 
-# -- torch SDPA backends, each pinned through torch.nn.attention.sdpa_kernel ----------------------
-
-def _sdpa(backend: SDPBackend):
-    """An adapter with attn's parameters running F.scaled_dot_product_attention on ``backend`` only."""
-    def adapter(q, k, v, is_causal=False, scale=None):
-        with sdpa_kernel(backend):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=is_causal, scale=scale,
-                                                  enable_gqa=q.shape[1] != k.shape[1])
-    adapter.__name__ = adapter.__qualname__ = f"sdpa_{backend.name.lower()}"
-    return adapter
-
-
-def _flash_ok(q, **_) -> bool:
-    """CUDA: fp16/bf16 with head_dim <= 256 (gated by predicate: CPU's flash kernel takes every float dtype)."""
-    if q.device.type == "cuda":
-        return q.dtype in HALF and q.shape[-1] <= 256
-    return q.device.type == "cpu"
-
-
-def _efficient_ok(q, k, **_) -> bool:
-    """Memory-efficient attention: CUDA only, no enable_gqa, head_dim a multiple of 8 (fp16/bf16) or 4 (fp32)."""
-    align = 8 if q.dtype in HALF else 4
-    return q.device.type == "cuda" and q.shape[1] == k.shape[1] and q.shape[-1] % align == 0
-
-
-def _cudnn_ok(q, **_) -> bool:
-    """cuDNN attention: CUDA, head_dim <= 128 and a multiple of 8, seq > 1 (fp16/bf16, dtype gated)."""
-    return q.device.type == "cuda" and q.shape[-1] <= 128 and q.shape[-1] % 8 == 0 and q.shape[-2] > 1
-
-
-attn.register("sdpa:flash", _sdpa(SDPBackend.FLASH_ATTENTION), predicate=_flash_ok)
-attn.register("sdpa:efficient", _sdpa(SDPBackend.EFFICIENT_ATTENTION), predicate=_efficient_ok,
-              gates={"q": HALF | {torch.float32}})
-attn.register("sdpa:cudnn", _sdpa(SDPBackend.CUDNN_ATTENTION), predicate=_cudnn_ok, gates={"q": HALF})
-attn.register("sdpa:math", _sdpa(SDPBackend.MATH))
+# -- torch SDPA backends (adapters in sdpa.py), each pinned through torch.nn.attention.sdpa_kernel ----
+attn.register("sdpa:flash", sdpa.adapter(SDPBackend.FLASH_ATTENTION), predicate=sdpa.flash_ok)
+attn.register("sdpa:efficient", sdpa.adapter(SDPBackend.EFFICIENT_ATTENTION), predicate=sdpa.efficient_ok,
+              gates={"q": dtypes(*HALF, torch.float32)})
+attn.register("sdpa:cudnn", sdpa.adapter(SDPBackend.CUDNN_ATTENTION), predicate=sdpa.cudnn_ok,
+              gates={"q": dtypes(*HALF)})
+attn.register("sdpa:math", sdpa.adapter(SDPBackend.MATH))

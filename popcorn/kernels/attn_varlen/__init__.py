@@ -5,7 +5,7 @@ import torch
 from popcorn.core import Float, Int, register_kernel
 from popcorn.core.constraints import at_most
 
-from .attn import GQA, _attention
+from ..attn import GQA, _attention
 
 
 def _cu_seqlens(shape, case, generator):

@@ -5,7 +5,7 @@ from typing import Literal
 
 from popcorn.core import Float, Int, register_kernel
 
-from .cross_entropy import _cross_entropy_from_logits, target_domain
+from ..cross_entropy import _cross_entropy_from_logits, target_domain
 
 
 def _logits(case) -> int:
