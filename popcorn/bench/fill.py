@@ -11,8 +11,6 @@ restart. Rows stream to the user cache in small batches; Ctrl-C flushes and stop
 from __future__ import annotations
 
 import json
-import multiprocessing as mp
-import os
 import signal
 import sys
 import threading
@@ -27,9 +25,9 @@ from popcorn.core.registry import REFERENCE, Op
 
 from . import plan as planning
 from . import store
-from .api import _record, device_name
-from .compare import Result
-from .record import CRASH, OOM, SENTINEL_REASON, STATUSES, TIMEOUT, Record
+from .api import device_name
+from .record import OOM, STATUSES, TIMEOUT, Record
+from .worker import Worker, crash_row, orphaned_sentinels, row_from  # noqa: F401 - crash_row: the fill API
 
 REUSABLE = frozenset({"pass", "fail", "crash", "oom", "timeout", "skip"})  # error rows are measured again
 REFERENCE_TIMEOUT = 60.0  # a reference that needs longer than this is an OOM-class budget, not a compile
@@ -71,55 +69,6 @@ class Summary:
         return "\n".join(lines)
 
 
-class Worker:
-    """One supervised worker process and its pipe."""
-
-    def __init__(self, device: torch.device, sentinel_dir: Path):
-        ctx = mp.get_context("spawn")  # never fork a process that may hold a CUDA context
-        self.conn, child = ctx.Pipe()
-        sentinel_dir.mkdir(parents=True, exist_ok=True)
-        self.sentinel = sentinel_dir / f"sentinel-{os.getpid()}-{time.monotonic_ns()}.json"
-        from .worker import serve
-
-        self.proc = ctx.Process(target=serve, args=(child, str(self.sentinel), str(device)), daemon=True)
-        self.proc.start()
-        child.close()
-        if not self.conn.poll(600) or self.conn.recv()[0] != "ready":
-            self.kill()
-            raise RuntimeError("the fill worker did not start within 600 s")
-
-    def run(self, task: dict, timeout: float):
-        """(record dict, device ok) or raises TimeoutError / EOFError (worker died)."""
-        self.conn.send(task)
-        if not self.conn.poll(timeout):
-            raise TimeoutError
-        return self.conn.recv()
-
-    def death_row(self) -> Record | None:
-        """The crash row for the case named by the dead worker's sentinel; None when it died between
-        cases (killed while idle): that costs no row, only a fresh worker."""
-        self.proc.join(5)
-        code = self.proc.exitcode
-        how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
-        task = json.loads(self.sentinel.read_text()) if self.sentinel.exists() else None
-        self.kill()
-        return None if task is None else crash_row(task, f"worker died ({how}) during the case")
-
-    def kill(self) -> None:
-        if self.proc.is_alive():
-            self.proc.kill()
-        self.proc.join(10)
-        self.sentinel.unlink(missing_ok=True)
-
-    def close(self) -> None:
-        try:
-            self.conn.send(None)
-            self.proc.join(10)
-        except (BrokenPipeError, OSError):
-            pass
-        self.kill()
-
-
 def usable(row: Record, op: Op, device: str) -> bool:
     impl = op.implementations.get(row.impl)
     return (impl is not None and row.device == device and row.torch == torch.__version__
@@ -142,39 +91,6 @@ def backends_for(op: Op, wanted: list[str] | None, out=sys.stderr) -> list[str]:
     if wanted and not names and set(wanted) != {REFERENCE}:
         print(f"{op.name}: none of {', '.join(wanted)} is installed; measuring the reference only", file=out)
     return [REFERENCE] + names
-
-
-def crash_row(task: dict, reason: str) -> Record:
-    from .worker import resolve_op
-
-    op = resolve_op(task)
-    case = Case.from_config(task["config"])
-    device = torch.device(task.get("device", "cuda" if torch.cuda.is_available() else "cpu"))
-    return _row_from(op, task["impl"], case, task["grad"], CRASH, reason, device)
-
-
-def orphaned_sentinels(sentinel_dir: Path) -> list[Record]:
-    """Crash rows for sentinels left by fills whose supervisor died too (e.g. the machine was killed)."""
-    rows = []
-    for path in sorted(sentinel_dir.glob("sentinel-*.json")):
-        pid = int(path.name.split("-")[1])
-        try:
-            os.kill(pid, 0)
-            continue  # its supervisor still runs
-        except ProcessLookupError:
-            pass
-        except PermissionError:
-            continue
-        try:
-            rows.append(crash_row(json.loads(path.read_text()), SENTINEL_REASON))
-        except (ValueError, KeyError, ImportError, AttributeError):
-            pass  # not ours to judge; leave nothing half-read behind
-        path.unlink(missing_ok=True)
-    return rows
-
-
-def _row_from(op: Op, impl: str, case: Case, grad: bool, status: str, reason: str, device: torch.device) -> Record:
-    return _record(op, op[impl], case, Result(status, reason, grad=grad), device, {})
 
 
 def watchdog(op: Op, impl: str, planned: planning.Planned, timeout: float) -> float:
@@ -211,7 +127,7 @@ def fill(ops: list[Op], *, backends: list[str] | None = None, limit: int | None 
             pending = []
         last_write = time.monotonic()
 
-    pending += orphaned_sentinels(sentinel_dir) if sentinel_dir.exists() else []
+    pending += orphaned_sentinels(sentinel_dir)
     try:
         for op in ops:
             impls = backends_for(op, backends, out)
@@ -270,7 +186,7 @@ def fill(ops: list[Op], *, backends: list[str] | None = None, limit: int | None 
                             row_dict, ok = worker.run(task, budget_s)
                             if "error" in row_dict:  # raised outside the harness's own handling
                                 status = OOM if row_dict.get("oom") else "error"
-                                row = _row_from(op, impl, p.case, p.grad, status, f"worker: {row_dict['error']}",
+                                row = row_from(op, impl, p.case, p.grad, status, f"worker: {row_dict['error']}",
                                                 dev)
                             else:
                                 row = Record.from_dict(row_dict)
@@ -280,7 +196,7 @@ def fill(ops: list[Op], *, backends: list[str] | None = None, limit: int | None 
                         except TimeoutError:
                             worker.kill()
                             worker = None
-                            row = _row_from(op, impl, p.case, p.grad, TIMEOUT, f"no result within {budget_s:.0f} s",
+                            row = row_from(op, impl, p.case, p.grad, TIMEOUT, f"no result within {budget_s:.0f} s",
                                             dev)
                         except (EOFError, ConnectionError, OSError):
                             row = worker.death_row()  # None: it died before taking the task; run it afresh
