@@ -13,10 +13,11 @@ import sys
 
 from popcorn.core.registry import Op
 
-from .runner import IDLE_DEATHS, ProgressLine, Summary, run  # noqa: F401 - the fill API in one place
-from .sinks import WRITE_EVERY_S, ShardSink, Sink, UserCacheSink  # noqa: F401
-from .tasks import (CPU_BUDGET_BYTES, REFERENCE_TIMEOUT, REUSABLE, backends_for, device_bytes,  # noqa: F401
-                    plan_tasks, usable, watchdog)
+# the fill API in one place, including the names this module held before the split
+from .runner import IDLE_DEATHS, ProgressLine, Summary, run  # noqa: F401
+from .sinks import WRITE_EVERY_S, DeltaSink, ShardSink, Sink, UserCacheSink  # noqa: F401
+from .tasks import (CPU_BUDGET_BYTES, GROWTH_S_PER_GIB, REFERENCE_TIMEOUT, REUSABLE, Task, Tasks,  # noqa: F401
+                    backends_for, device_bytes, plan_tasks, usable, watchdog)
 from .worker import Worker, crash_row, orphaned_sentinels  # noqa: F401
 
 
