@@ -46,7 +46,7 @@ def _catalog(args) -> int:
 
 
 def _fill(args) -> int:
-    from popcorn.bench.fill import fill
+    from popcorn.bench.fill import ShardSink, fill
     from popcorn.kernels import OPS
 
     if _unknown_ops(args.ops, OPS):
@@ -57,7 +57,8 @@ def _fill(args) -> int:
     ops = [OPS[n] for n in (args.ops or sorted(OPS))]
     try:
         summary = fill(ops, backends=args.backend, limit=args.limit, force=args.force, timeout=args.timeout,
-                       slice_spec=args.slice, trials=args.trials, device=args.device, curves=args.curves_only)
+                       slice_spec=args.slice, trials=args.trials, device=args.device, curves=args.curves_only,
+                       sink=ShardSink(args.out) if args.out else None)
     except ValueError as e:
         print(f"popcorn bench fill: {e}", file=sys.stderr)
         return 2
@@ -196,7 +197,7 @@ def _parser() -> argparse.ArgumentParser:
     f.add_argument("ops", nargs="*", help="ops to fill (default: all)")
     f.add_argument("--backend", action="append", help="only this backend (repeatable; 'fla' also takes 'fla:*')")
     f.add_argument("--limit", type=int, help="a deterministic random sample of N planned cases per op")
-    f.add_argument("--force", action="store_true", help="measure cases the user cache already holds")
+    f.add_argument("--force", action="store_true", help="measure cases the user cache (or --out DIR) already holds")
     f.add_argument("--timeout", type=float, default=300.0,
                    help="watchdog seconds per case and backend, room for a first compile (default 300; the "
                    "reference gets at most 60)")
@@ -206,6 +207,8 @@ def _parser() -> argparse.ArgumentParser:
     f.add_argument("--device", help="cuda or cpu (default: cuda when available)")
     f.add_argument("--curves-only", action="store_true",
                    help="the named production and long-context curves alone (release fills)")
+    f.add_argument("--out", metavar="DIR", help="write JSONL shards (DIR/<op>.jsonl) instead of the user cache; "
+                   "cases DIR already holds are skipped; `popcorn bench merge DIR` folds them into the store")
     f.set_defaults(run=_fill)
 
     pl = bench_cmds.add_parser("plan", help="print an op's case plan by stratum, with the pairs gated at plan time",

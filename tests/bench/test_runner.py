@@ -1,0 +1,142 @@
+"""Fill as tasks + runner + sinks: planning counts, pruning during the run, and rows landing in a shard
+directory or the Delta store (never the user cache). The real worker runs on CPU with tiny ops."""
+
+import io
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from popcorn.bench import store
+from popcorn.bench.delta import ReportStore
+from popcorn.bench.runner import run
+from popcorn.bench.sinks import DeltaSink, ShardSink
+from popcorn.bench.tasks import Skip, Task, Tasks, plan_tasks
+from popcorn.bench.worker import row_from
+
+from . import fill_ops
+
+SLICE = ["hidden", "dtype=float32", "...=[2]", "alpha=2.0"]
+
+
+@pytest.fixture(autouse=True)
+def env(tmp_path, monkeypatch):
+    monkeypatch.setenv("POPCORN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("POPCORN_BENCH_TARGET_MS", "2")  # timing precision is not under test here
+    return tmp_path
+
+
+def user_cache_untouched(tmp_path) -> bool:
+    return not (tmp_path / "cache").exists()
+
+
+def plan(cached=None, **kw):
+    kw = {"slice_spec": SLICE, "device": "cpu", "trials": 1, **kw}
+    return plan_tasks([fill_ops.toy_scale], cached, **kw)
+
+
+def row(task: Task, status: str, **kw):
+    r = row_from(fill_ops.toy_scale, task.impl, task.case, task.grad, status, "given", torch.device("cpu"))
+    for k, v in kw.items():
+        setattr(r, k, v)
+    return r
+
+
+def test_planning_skips_cached_and_gated_pairs():
+    fresh = plan(backends=["toy:good", "toy:gated"])
+    cases = len(fresh.steps) // 3
+    assert cases > 10 and [t.impl for t in fresh.todo[:2]] == ["torch", "toy:good"]
+    assert len(fresh.todo) == 2 * cases and {(s.task.impl, s.why) for s in fresh.skipped} == {("toy:gated", "gated")}
+    torch_tasks = [t for t in fresh.todo if t.impl == "torch"]
+    good_tasks = [t for t in fresh.todo if t.impl == "toy:good"]
+    held = [row(t, "pass", fwd_ms=1.0) for t in torch_tasks[:3]]
+    held += [row(good_tasks[0], "oom"), row(good_tasks[1], "error"),  # an error row is measured again
+             row(good_tasks[2], "pass"),  # an untimed pass too
+             row(good_tasks[3], "fail", impl_hash="stale")]  # and a row of other code
+    again = plan(lambda op, bad: held if op == "toy_scale" else [], backends=["toy:good", "toy:gated"])
+    why = [(s.task.impl, s.why) for s in again.skipped]
+    assert why.count(("torch", "cached")) == 3 and why.count(("toy:good", "cached")) == 1
+    assert why.count(("toy:gated", "gated")) == cases and len(again.todo) == 2 * cases - 4
+    forced = plan(lambda op, bad: held, backends=["toy:good", "toy:gated"], force=True)
+    assert len(forced.todo) == 2 * cases
+
+
+def test_the_all_cached_hint_and_unreadable_lines_are_named():
+    out = io.StringIO()
+    tasks = plan(backends=["toy:gated"])
+    held = [row(t, "fail") for t in tasks.todo]
+    bad_line = ("/x/toy_scale.jsonl", 3, "not JSON")
+    plan(lambda op, bad: bad.append(bad_line) or held, backends=["toy:gated"], out=out)
+    assert "toy_scale: every planned case is cached; add --force to remeasure" in out.getvalue()
+    assert "skipped /x/toy_scale.jsonl:3 (not JSON)" in out.getvalue()
+
+
+def test_a_cached_oom_prunes_dominated_tasks_without_starting_a_worker(tmp_path):
+    tasks = plan(backends=["toy:good"])
+    good = [t for t in tasks.todo if t.impl == "toy:good"]
+    smallest = good[0]
+    steps = [Skip(smallest, "cached", row(smallest, "oom"))] + good[1:]
+    seen = []
+    summary = run(Tasks(steps), ShardSink(tmp_path / "shards"), lambda task, r, s: seen.append((task, r)))
+    assert summary.counts[("toy_scale", "toy:good")] == {"cached": 1, "pruned": len(good) - 1}
+    assert summary.measured == 0 and seen == [(t, None) for t in good[1:]]
+    assert not (tmp_path / "shards" / "toy_scale.jsonl").exists()
+
+
+def test_run_writes_shards_and_a_rerun_skips_them(tmp_path):
+    shards = ShardSink(tmp_path / "shards")
+    seen = []
+    tasks = plan(shards.cached, backends=["toy:good"], limit=3)
+    summary = run(tasks, shards, lambda task, r, s: seen.append((task.impl, r.status)))
+    assert summary.measured == 6 and seen == [("torch", "pass"), ("toy:good", "pass")] * 3
+    files = store.jsonl_files([tmp_path / "shards"])  # what `popcorn bench merge DIR` reads
+    assert files == [tmp_path / "shards" / "toy_scale.jsonl"]
+    rows = store.read_file(files[0])
+    assert len(rows) == 6 and {r.status for r in rows} == {"pass"}
+    by_case = {(r.impl, r.case_id): r for r in rows}
+    for (impl, case_id), r in by_case.items():  # backend rows carry the reference's times on the case
+        if impl == "toy:good":
+            assert r.ref_fwd_ms == by_case[("torch", case_id)].fwd_ms is not None
+    assert user_cache_untouched(tmp_path)
+    again = run(plan(shards.cached, backends=["toy:good"], limit=3), shards)
+    assert again.measured == 0 and again.counts[("toy_scale", "toy:good")] == {"cached": 3}
+
+
+def test_run_merges_into_the_delta_store(tmp_path):
+    sink = DeltaSink(str(tmp_path / "store"))
+    summary = run(plan(sink.cached, backends=["toy:good"], limit=2), sink)
+    assert summary.measured == 4
+    rows = ReportStore(str(tmp_path / "store")).read("toy_scale")
+    assert sorted(r.impl for r in rows) == ["torch", "torch", "toy:good", "toy:good"]
+    assert user_cache_untouched(tmp_path)
+    assert run(plan(sink.cached, backends=["toy:good"], limit=2), sink).measured == 0
+
+
+def test_an_orphaned_sentinel_becomes_a_crash_row_in_its_own_sink(tmp_path):
+    shards = ShardSink(tmp_path / "shards")
+    task = plan(backends=["toy:good"]).todo[1]
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a supervisor that no longer runs
+    shards.sentinels.mkdir(parents=True)
+    (shards.sentinels / f"sentinel-{gone.pid}-1.json").write_text(json.dumps(task.message()))
+    assert run([], shards).measured == 0
+    rows = store.read("toy_scale", root=tmp_path / "shards")
+    assert [(r.impl, r.status) for r in rows] == [("toy:good", "crash")]
+    assert not list(shards.sentinels.iterdir()) and user_cache_untouched(tmp_path)
+
+
+def test_cli_fill_out_writes_shards_not_the_user_cache(env):
+    # a slice at two rows keeps the two sampled cases small on CPU
+    out = subprocess.run([sys.executable, "-m", "popcorn.cli", "bench", "fill", "rms_norm", "--limit", "2",
+                          "--backend", "torch", "--trials", "1", "--out", str(env / "shards"), "--slice",
+                          "normalized_shape", "dtype=float32", "...=[2]", "eps=0.000001"],
+                         capture_output=True, text=True, env={**os.environ, "POPCORN_CACHE_DIR": str(env / "cache")},
+                         timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert "2 case-backend pairs measured" in out.stdout
+    rows = store.read_file(env / "shards" / "rms_norm.jsonl")
+    assert len(rows) == 2 and {(r.impl, r.status) for r in rows} == {("torch", "pass")}
+    assert user_cache_untouched(env)
