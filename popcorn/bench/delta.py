@@ -13,11 +13,10 @@ Location: ``$POPCORN_STORE`` (a path or an object-store URI deltalake supports),
 from __future__ import annotations
 
 import fcntl
-import os
 import random
 import time
-from pathlib import Path
 
+from popcorn.core.settings import settings
 from popcorn.schema import CONCLUSIVE, KEY, SENTINEL_REASON
 
 from . import damage
@@ -33,11 +32,8 @@ _MATCH = " AND ".join(f"(t.{k} IS NOT DISTINCT FROM s.{k})" for k in KEY)
 
 
 def location() -> str:
-    uri = os.environ.get("POPCORN_STORE")
-    if uri:
-        return uri
-    root = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
-    return str(root / "popcorn" / "store")
+    """The store: ``$POPCORN_STORE``, else ``$XDG_DATA_HOME/popcorn/store`` (``~/.local/share/popcorn/store``)."""
+    return settings().store
 
 
 class ReportStore:

@@ -7,7 +7,7 @@ bundled ``popcorn/reports``: the version named in ``CURRENT``, then ``dispatch-v
 from __future__ import annotations
 
 import json
-import os
+from popcorn.core.settings import settings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +26,7 @@ class DispatchTable:
 
 def load(directory: str | Path | None = None) -> DispatchTable:
     """The current published table; an empty one when nothing was published there yet."""
-    root = Path(directory or os.environ.get("POPCORN_REPORT") or BUNDLED)
+    root = Path(directory or settings().report_dir or BUNDLED)
     current = root / "CURRENT"
     if not current.exists():
         return DispatchTable(None, {}, str(root))
