@@ -7,9 +7,10 @@ bundled ``popcorn/reports``: the version named in ``CURRENT``, then ``dispatch-v
 from __future__ import annotations
 
 import json
-from popcorn.core.settings import settings
 from dataclasses import dataclass
 from pathlib import Path
+
+from popcorn.core.settings import settings
 
 BUNDLED = Path(__file__).resolve().parents[1] / "reports"
 
