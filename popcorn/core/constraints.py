@@ -15,8 +15,6 @@ idempotent.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from .errors import DispatchError
 from .shapes import Token
 
@@ -26,14 +24,12 @@ class ConstraintError(DispatchError, ValueError):
     (the references raised ValueError for these rules before the op declared them)."""
 
 
-@dataclass
 class Values:
     """What constraints read and repair: the bound dims, the leading ``...`` and the scalar arguments."""
 
-    dims: dict
-    batch: tuple | None
-    args: dict
-    moved: int = 0  # repairs made; repaired() stops when a pass makes none
+    def __init__(self, dims: dict, batch: tuple | None, args: dict):
+        self.dims, self.batch, self.args = dims, batch, args
+        self.moved = 0  # repairs made; repaired() stops when a pass makes none
 
     def get(self, name: str) -> int | None:
         """The int ``name`` holds (a dim, else a scalar), or None when absent or not an int."""
@@ -57,14 +53,35 @@ def _largest_divisor(n: int, cap: int) -> int:
     return 1
 
 
-@dataclass(frozen=True)
 class Constraint:
     """One rule over named values. ``why`` is appended to the error; ``plan_only`` rules shape the
-    plan but calls may break them (legal calls the plan gains nothing from measuring)."""
+    plan but calls may break them (legal calls the plan gains nothing from measuring). ``params``
+    names a subclass's own parameters, defaulted by its class attributes. (Plain classes, not
+    dataclasses: generating dataclass methods costs import time on every ``import popcorn``.)"""
 
-    name: str  # the value repair moves
-    why: str = ""
-    plan_only: bool = False
+    params: tuple[str, ...] = ()
+
+    def __init__(self, name: str, why: str = "", plan_only: bool = False, **params):
+        self.name = name  # the value repair moves
+        self.why, self.plan_only = why, plan_only
+        unknown = set(params) - set(self.params)
+        if unknown:
+            raise TypeError(f"{type(self).__name__}: unknown parameters {sorted(unknown)}")
+        for k in self.params:
+            setattr(self, k, params.get(k, getattr(type(self), k)))
+
+    def _key(self) -> tuple:
+        return (type(self), self.name, self.why, self.plan_only) + tuple(getattr(self, k) for k in self.params)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Constraint) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        params = "".join(f", {k}={getattr(self, k)!r}" for k in self.params)
+        return f"{type(self).__name__}({self.name!r}{params}" + (", plan_only=True" if self.plan_only else "") + ")"
 
     @property
     def reads(self) -> tuple[str, ...]:
@@ -82,9 +99,9 @@ class Constraint:
         raise NotImplementedError
 
 
-@dataclass(frozen=True)
 class Divides(Constraint):
-    whole: str = ""
+    params = ("whole",)
+    whole = ""
 
     @property
     def reads(self):
@@ -102,9 +119,9 @@ class Divides(Constraint):
             v.set(self.name, _largest_divisor(v.get(self.whole), v.get(self.name)))
 
 
-@dataclass(frozen=True)
 class MultipleOf(Constraint):
-    k: int = 1
+    params = ("k",)
+    k = 1
 
     def violation(self, v):
         x = v.get(self.name)
@@ -121,13 +138,13 @@ class MultipleOf(Constraint):
             v.set(self.name, max(self.k, x - x % self.k))
 
 
-@dataclass(frozen=True)
 class Bound(Constraint):
     """``name <= limit`` (``upper``) or ``name >= limit``; ``limit`` is an int or a shape token over
     another value, such as ``"total+1"`` or ``"head_dim/2"`` (the annotation grammar)."""
 
-    limit: str = "0"
-    upper: bool = True
+    params = ("limit", "upper")
+    limit = "0"
+    upper = True
 
     @property
     def _token(self) -> Token:
@@ -160,11 +177,11 @@ class Bound(Constraint):
             v.set(self.name, self._limit(v))
 
 
-@dataclass(frozen=True)
 class BatchBroadcasts(Constraint):
     """The leading ``...`` of ``of`` broadcasts against the dim ``name``: none, 1 or ``(name,)``."""
 
-    of: str = "the '...' tensors"
+    params = ("of",)
+    of = "the '...' tensors"
 
     def violation(self, v):
         n, batch = v.get(self.name), tuple(v.batch or ())

@@ -27,13 +27,23 @@ if TYPE_CHECKING:
     from .registry import Op
 
 
-@dataclass(frozen=True)
 class Gate:
     """What a parameter must be for an implementation to take the call: ``kind`` is "absent",
     "dtype" or "values"; ``allowed`` the admitted dtypes or values."""
 
-    kind: str
-    allowed: frozenset = frozenset()
+    __slots__ = ("kind", "allowed")
+
+    def __init__(self, kind: str, allowed: frozenset = frozenset()):
+        self.kind, self.allowed = kind, frozenset(allowed)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Gate) and (self.kind, self.allowed) == (other.kind, other.allowed)
+
+    def __hash__(self) -> int:
+        return hash((self.kind, self.allowed))
+
+    def __repr__(self) -> str:
+        return f"Gate({self.kind!r}, {set(self.allowed) or ''})"
 
     def canonical(self) -> str:
         return f"{self.kind}:{canonical(self.allowed)}"

@@ -13,17 +13,21 @@ so a variable set after ``import popcorn`` still takes effect.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 
-@dataclass(frozen=True)
 class Settings:
-    bench: bool
-    cache_root: Path
-    report_dir: Path | None
-    store: str
-    bench_target_ms: float
+    """The values, read from the environment by :func:`settings` (a plain class: cheap to import)."""
+
+    __slots__ = ("bench", "cache_root", "report_dir", "store", "bench_target_ms")
+
+    def __init__(self, *, bench: bool, cache_root: Path, report_dir: Path | None, store: str,
+                 bench_target_ms: float):
+        self.bench, self.cache_root, self.report_dir = bench, cache_root, report_dir
+        self.store, self.bench_target_ms = store, bench_target_ms
+
+    def __repr__(self) -> str:
+        return "Settings(" + ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__slots__) + ")"
 
 
 def settings() -> Settings:
