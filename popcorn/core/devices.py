@@ -20,3 +20,10 @@ def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
     return f"cpu:{platform.machine()}"
+
+
+def on_cuda(**arguments) -> bool:
+    """Every tensor of the call is on a CUDA device: the predicate of backends whose Triton or CUDA
+    kernels cannot run elsewhere (the call then runs another backend)."""
+    tensors = [v for v in arguments.values() if isinstance(v, torch.Tensor)]
+    return bool(tensors) and all(t.is_cuda for t in tensors)

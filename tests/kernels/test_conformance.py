@@ -4,6 +4,7 @@ without editing this file; one that cannot run here (a CUDA-only kernel on the C
 the reason its gates or predicate give."""
 
 import pytest
+import torch
 
 from popcorn.bench.compare import check
 from popcorn.bench.plan import repair
@@ -11,6 +12,7 @@ from popcorn.core import Case
 from popcorn.core.inputs import make_inputs
 from popcorn.kernels import OPS
 
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # on a GPU machine the CUDA-only backends run too
 SMALL = {"q_heads": 4, "kv_heads": 2, "boundaries": 3, "channels": 32, "vocab": 17,
          "head_dim": 8, "total": 12}
 
@@ -41,10 +43,10 @@ def test_every_backend_matches_the_reference(name, impl):
     backend = op[impl]
     case = case_for(op, impl)
     grad = not backend.forward_only
-    reason = backend.rejects(make_inputs(op, case, seed=0), grad)
+    reason = backend.rejects(make_inputs(op, case, seed=0, device=DEVICE), grad)
     if reason:
         pytest.skip(f"{impl} cannot run {name} {case.label} here: {reason}")
-    result = check(op.reference, lambda **a: backend.invoke(a), lambda t: make_inputs(op, case, seed=t),
+    result = check(op.reference, lambda **a: backend.invoke(a), lambda t: make_inputs(op, case, seed=t, device=DEVICE),
                    trials=2, grad=grad, out_dtypes=backend.expected_dtypes)
     assert result.status == "pass", f"{name}:{impl} {case.label}: {result.status}: {result.reason}"
     assert result.bwd or not grad, "gradients were checked"

@@ -4,6 +4,7 @@ import torch
 
 from popcorn.core import Float, register_kernel
 from popcorn.core.numerics import upcast
+from popcorn.core.devices import on_cuda
 
 
 @register_kernel(batch="token_rows", args={"eps": [1e-6, 1e-5]}, tags=("normalization",))
@@ -23,3 +24,7 @@ def add_rms_norm(
     hf = upcast(h)
     y = hf * torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + eps)
     return (y * upcast(weight)).to(x.dtype), h
+
+
+# -- backends: adapters beside this file, imported on first use ------------------------------------
+add_rms_norm.register("liger", source="popcorn.kernels.add_rms_norm.liger:add_rms_norm", predicate=on_cuda)

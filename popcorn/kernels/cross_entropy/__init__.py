@@ -11,6 +11,7 @@ import torch
 
 from popcorn.core import Float, Int, register_kernel
 from popcorn.core.numerics import upcast
+from popcorn.core.devices import on_cuda
 
 
 def target_domain(shape, case, generator) -> torch.Tensor:
@@ -65,3 +66,8 @@ def cross_entropy(
     [Szegedy et al., 2016 (label smoothing)](https://arxiv.org/abs/1512.00567)
     """
     return _cross_entropy_from_logits(logits, target, ignore_index, label_smoothing, reduction)
+
+
+# -- backends: adapters beside this file, imported on first use ------------------------------------
+cross_entropy.register("liger", source="popcorn.kernels.cross_entropy.liger:cross_entropy", predicate=on_cuda,
+                       out_dtypes={0: "logits"})  # the loss in the logits' dtype

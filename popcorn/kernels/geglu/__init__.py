@@ -7,6 +7,8 @@ import torch.nn.functional as F
 
 from popcorn.core import Float, register_kernel
 from popcorn.core.numerics import upcast
+from popcorn.core import one_of
+from popcorn.core.devices import on_cuda
 
 
 @register_kernel(batch="token_rows", tags=("activation",))
@@ -24,3 +26,8 @@ def geglu(
     """
     out = F.gelu(upcast(gate), approximate=approximate) * upcast(up)
     return out.to(torch.promote_types(gate.dtype, up.dtype))
+
+
+# -- backends: adapters beside this file, imported on first use ------------------------------------
+geglu.register("liger", source="popcorn.kernels.geglu.liger:geglu", predicate=on_cuda,
+               gates={"approximate": one_of("tanh")})

@@ -4,6 +4,7 @@ import torch
 
 from popcorn.core import Float, register_kernel
 from popcorn.core.numerics import upcast
+from popcorn.core.devices import on_cuda
 
 
 @register_kernel(batch="token_rows", args={"eps": [1e-5, 1e-6]}, tags=("normalization",))
@@ -27,3 +28,7 @@ def layer_norm(
     if bias is not None:
         y = y + upcast(bias)
     return y.to(x.dtype)
+
+
+# -- backends: adapters beside this file, imported on first use ------------------------------------
+layer_norm.register("liger", source="popcorn.kernels.layer_norm.liger:layer_norm", predicate=on_cuda)

@@ -4,6 +4,7 @@ import torch
 
 from popcorn.core import Float, register_kernel
 from popcorn.core.numerics import upcast
+from popcorn.core.devices import on_cuda
 
 
 @register_kernel(batch="token_rows", args={"eps": [1e-6, 1e-5]}, tags=("normalization",))
@@ -21,3 +22,7 @@ def rms_norm(
     xf = upcast(x)
     y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
     return (y * upcast(weight)).to(x.dtype)
+
+
+# -- backends: adapters beside this file, imported on first use ------------------------------------
+rms_norm.register("liger", source="popcorn.kernels.rms_norm.liger:rms_norm", predicate=on_cuda)

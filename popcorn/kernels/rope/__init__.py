@@ -9,6 +9,7 @@ import torch
 from popcorn.core import Float, register_kernel
 from popcorn.core.constraints import batch_broadcasts, divides, even
 from popcorn.core.numerics import upcast
+from popcorn.core.devices import on_cuda
 
 ROPE_BASE = 10000.0
 
@@ -64,3 +65,7 @@ def rope(
     q_out = qf * c + _rotate_half(qf) * s
     k_out = kf * c + _rotate_half(kf) * s
     return q_out.to(q.dtype), k_out.to(k.dtype)
+
+
+# -- backends: adapters beside this file, imported on first use ------------------------------------
+rope.register("liger", source="popcorn.kernels.rope.liger:rope", predicate=on_cuda)

@@ -5,6 +5,7 @@ import torch.nn.functional as F
 
 from popcorn.core import Float, register_kernel
 from popcorn.core.numerics import upcast
+from popcorn.core.devices import on_cuda
 
 
 @register_kernel(batch="token_rows", tags=("activation",))
@@ -20,3 +21,7 @@ def swiglu(
     """
     out = F.silu(upcast(gate)) * upcast(up)
     return out.to(torch.promote_types(gate.dtype, up.dtype))
+
+
+# -- backends: adapters beside this file, imported on first use ------------------------------------
+swiglu.register("liger", source="popcorn.kernels.swiglu.liger:swiglu", predicate=on_cuda)

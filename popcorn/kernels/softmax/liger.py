@@ -1,0 +1,7 @@
+"""softmax over the last dimension on liger-kernel's Triton kernel."""
+
+from liger_kernel.ops.softmax import LigerSoftmaxFunction
+
+
+def softmax(x):
+    return LigerSoftmaxFunction.apply(x)
