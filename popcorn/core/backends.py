@@ -71,7 +71,7 @@ BACKENDS: dict[str, Backend] = {
         Backend("sdpa", None, compiles=False),
         Backend("popcorn", "triton", versions=">=3.3"),
         Backend("liger", "liger-kernel", "liger_kernel", ">=0.8,<0.9", "liger"),
-        Backend("fla", "flash-linear-attention", "fla", ">=0.4,<0.5", "fla"),
+        Backend("fla", "fla-core", "fla", ">=0.6,<0.7", "fla"),  # flash-linear-attention's kernels
         Backend("quack", "quack-kernels", "quack", ">=0.5,<0.6", "quack"),
         Backend("unsloth", "unsloth", "unsloth", ">=2026.3", "unsloth"),
     )

@@ -28,3 +28,4 @@ def add_rms_norm(
 
 # -- backends: adapters beside this file, imported on first use ------------------------------------
 add_rms_norm.register("liger", source="popcorn.kernels.add_rms_norm.liger:add_rms_norm", predicate=on_cuda)
+add_rms_norm.register("fla", source="popcorn.kernels.add_rms_norm.fla:add_rms_norm", predicate=on_cuda)

@@ -4,6 +4,7 @@ import torch
 
 from popcorn.core import Float, register_kernel
 from popcorn.core.numerics import upcast
+from popcorn.core.devices import on_cuda
 
 
 @register_kernel(batch="token_rows", args={"eps": [1e-6, 1e-5]}, tags=("normalization",))
@@ -20,3 +21,7 @@ def l2_norm(
     xf = upcast(x)
     y = xf * torch.rsqrt(xf.pow(2).sum(-1, keepdim=True) + eps)
     return y.to(x.dtype)
+
+
+# -- backends: adapters beside this file, imported on first use ------------------------------------
+l2_norm.register("fla", source="popcorn.kernels.l2_norm.fla:l2_norm", predicate=on_cuda)

@@ -32,3 +32,4 @@ def layer_norm(
 
 # -- backends: adapters beside this file, imported on first use ------------------------------------
 layer_norm.register("liger", source="popcorn.kernels.layer_norm.liger:layer_norm", predicate=on_cuda)
+layer_norm.register("fla", source="popcorn.kernels.layer_norm.fla:layer_norm", predicate=on_cuda)

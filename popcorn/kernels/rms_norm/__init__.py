@@ -26,3 +26,4 @@ def rms_norm(
 
 # -- backends: adapters beside this file, imported on first use ------------------------------------
 rms_norm.register("liger", source="popcorn.kernels.rms_norm.liger:rms_norm", predicate=on_cuda)
+rms_norm.register("fla", source="popcorn.kernels.rms_norm.fla:rms_norm", predicate=on_cuda)

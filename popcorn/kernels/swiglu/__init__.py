@@ -25,3 +25,4 @@ def swiglu(
 
 # -- backends: adapters beside this file, imported on first use ------------------------------------
 swiglu.register("liger", source="popcorn.kernels.swiglu.liger:swiglu", predicate=on_cuda)
+swiglu.register("fla", source="popcorn.kernels.swiglu.fla:swiglu", predicate=on_cuda)

@@ -4,6 +4,7 @@ import torch
 
 from popcorn.core import Float, register_kernel
 from popcorn.core.numerics import upcast
+from popcorn.core.devices import on_cuda
 
 
 @register_kernel(batch="token_rows", tags=("activation",))
@@ -17,3 +18,7 @@ def swish(x: Float["... hidden"]) -> Float["... hidden"]:
     """
     xf = upcast(x)
     return (xf * torch.sigmoid(xf)).to(x.dtype)
+
+
+# -- backends: adapters beside this file, imported on first use ------------------------------------
+swish.register("fla", source="popcorn.kernels.swish.fla:swish", predicate=on_cuda)

@@ -1,5 +1,6 @@
-"""liger adapters on the CPU: what they admit (gates, predicates), and that without liger-kernel every
-op still dispatches, never importing it. Their values are checked by the conformance test on a GPU."""
+"""Library adapters (liger, fla) on the CPU: what they admit (gates, predicates), and that without the
+libraries every op still dispatches, never importing them. Their values are checked by the
+conformance test on a GPU."""
 
 import subprocess
 import sys
@@ -10,17 +11,22 @@ import torch
 from popcorn.core import BackendUnavailable
 from popcorn.kernels import OPS, geglu, rms_norm
 
-LIGER = sorted(name for name, op in OPS.items() if "liger" in op.implementations)
+COVERS = {
+    "liger": ["add_rms_norm", "cross_entropy", "geglu", "layer_norm", "rms_norm", "rope", "softmax", "swiglu"],
+    "fla": ["add_rms_norm", "l2_norm", "layer_norm", "rms_norm", "swiglu", "swish"],
+}
+PAIRS = [(lib, name) for lib, names in COVERS.items() for name in names]
 
 
-def test_liger_covers_the_row_wise_ops_and_the_llama_block():
-    assert LIGER == ["add_rms_norm", "cross_entropy", "geglu", "layer_norm", "rms_norm", "rope", "softmax", "swiglu"]
+@pytest.mark.parametrize("lib", COVERS)
+def test_what_each_library_covers(lib):
+    assert sorted(name for name, op in OPS.items() if lib in op.implementations) == COVERS[lib]
 
 
-@pytest.mark.parametrize("name", LIGER)
-def test_every_liger_adapter_declines_cpu_tensors_and_imports_lazily(name):
-    impl = OPS[name]["liger"]
-    assert impl.source and impl.source.startswith(f"popcorn.kernels.{name}.liger:")
+@pytest.mark.parametrize("lib, name", PAIRS, ids=[f"{lib}-{name}" for lib, name in PAIRS])
+def test_every_adapter_declines_cpu_tensors_and_imports_lazily(lib, name):
+    impl = OPS[name][lib]
+    assert impl.source and impl.source.startswith(f"popcorn.kernels.{name}.{lib}:")
     assert impl.predicate(x=torch.zeros(2), w=torch.zeros(2)) is False
     assert impl.predicate(n=3) is False  # no tensor: nothing to run a kernel on
 
@@ -44,15 +50,15 @@ def test_forcing_liger_without_it_names_the_extra():
         rms_norm(torch.randn(2, 8), torch.ones(8), backend="liger")
 
 
-def test_without_liger_every_op_dispatches_and_liger_is_never_imported():
+def test_without_the_libraries_every_op_dispatches_and_none_is_imported():
     code = ("import sys, torch\n"
             "from popcorn.kernels import OPS, rms_norm, softmax, swiglu, cross_entropy\n"
             "x = torch.randn(4, 8, requires_grad=True)\n"
             "rms_norm(x, torch.ones(8)).sum().backward()\n"
             "softmax(x); swiglu(x, x)\n"
             "cross_entropy(torch.randn(4, 7), torch.tensor([0, 1, 2, 3]))\n"
-            "assert 'liger_kernel' not in sys.modules, 'liger_kernel was imported'\n"
-            "assert all('liger' not in op.available_backends() for op in OPS.values())\n")
+            "assert 'liger_kernel' not in sys.modules and 'fla' not in sys.modules, 'a library was imported'\n"
+            "assert all(not {'liger', 'fla'} & set(op.available_backends()) for op in OPS.values())\n")
     if "liger" in rms_norm.available_backends():
         pytest.skip("liger-kernel is installed here")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
