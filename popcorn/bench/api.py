@@ -64,7 +64,7 @@ def _log(row: Record) -> None:
 def run_case(op: Op, impl: Implementation, case: Case, draw, grad: bool, device: torch.device, *,
              trials: int, timing: bool) -> Result:
     """Check ``impl`` against the reference on ``case`` and, after a pass, time it."""
-    result = check(op.reference, lambda **a: impl.invoke(a), draw, trials=trials, grad=grad,
+    result = check(op.reference, lambda **a: impl.invoke(a), draw, trials=trials, grad=grad, frozen=impl.no_grad,
                    out_dtypes=impl.expected_dtypes)
     if result.passed and timing:
         try:

@@ -10,14 +10,15 @@ def outputs_of(out) -> list:
     return list(out) if isinstance(out, (tuple, list)) else [out]
 
 
-def prepare(arguments: dict, dtype: torch.dtype | None, grad: bool) -> dict:
-    """A fresh copy of ``arguments``; floats cast to ``dtype`` when given, leaves requiring grad when ``grad``."""
+def prepare(arguments: dict, dtype: torch.dtype | None, grad: bool, frozen=()) -> dict:
+    """A fresh copy of ``arguments``; floats cast to ``dtype`` when given, leaves requiring grad when ``grad``
+    (except ``frozen`` ones: inputs a backend declares it gives no gradient to)."""
     out = {}
     for k, v in arguments.items():
         if isinstance(v, torch.Tensor):
             v = v.detach()
             v = v.to(dtype) if dtype is not None and v.is_floating_point() else v.clone()
-            if grad and v.is_floating_point():
+            if grad and v.is_floating_point() and k not in frozen:
                 v.requires_grad_(True)
         out[k] = v
     return out

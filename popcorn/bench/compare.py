@@ -178,7 +178,7 @@ def _name(dtype: torch.dtype) -> str:
 
 
 def check(reference: Callable, candidate: Callable, draw: Callable[[int], dict], *, trials: int,
-          grad: bool, out_dtypes: Callable[[dict], dict] | None = None) -> Result:
+          grad: bool, out_dtypes: Callable[[dict], dict] | None = None, frozen=()) -> Result:
     """Run ``trials`` correctness trials of ``candidate`` against ``reference``; inputs from ``draw(trial)``.
 
     Both callables take the op's arguments by keyword. Every output must have the native-precision
@@ -196,8 +196,8 @@ def check(reference: Callable, candidate: Callable, draw: Callable[[int], dict],
             return Result(OOM if is_oom(e) else ERROR, f"inputs: {describe(e)}", fwd, bwd, trial, grad)
         floor = floor if floor is not None else floor_for(native)
         try:  # the fp64 copies are the largest allocation of a trial: running out here is an oom row
-            truth_args, budget_args = prepare(native, torch.float64, grad), prepare(native, None, grad)
-            mine_args = prepare(native, None, grad)
+            truth_args, budget_args = prepare(native, torch.float64, grad, frozen), prepare(native, None, grad, frozen)
+            mine_args = prepare(native, None, grad, frozen)
         except Exception as e:  # noqa: BLE001
             free_memory()
             return Result(OOM if is_oom(e) else ERROR, f"inputs: {describe(e)}", fwd, bwd, trial, grad)

@@ -105,6 +105,9 @@ class Implementation:
     predicate: Callable[..., bool] | None = None
     forward_only: bool = False
     out_dtypes: dict[int, Any] = field(default_factory=dict)
+    # tensor inputs the backend gives no gradient to (liger's rope: cos and sin); calls where they
+    # require grad go elsewhere, and correctness is judged on the other gradients
+    no_grad: tuple[str, ...] = ()
 
     def __post_init__(self):
         if not _IMPL_NAME.match(self.name):
@@ -117,6 +120,10 @@ class Implementation:
             if gate not in params:
                 raise ValueError(f"{self.op.name}['{self.name}']: gate on unknown parameter '{gate}' (have {params})")
         self.gates = {k: as_gate(f"{self.op.name}['{self.name}'] gate on '{k}'", v) for k, v in self.gates.items()}
+        self.no_grad = tuple(self.no_grad)
+        if set(self.no_grad) - set(self.op.specs):
+            raise ValueError(f"{self.op.name}['{self.name}']: no_grad names tensor parameters "
+                             f"({list(self.op.specs)}), got {list(self.no_grad)}")
         for index, dtype in self.out_dtypes.items():
             if not isinstance(index, int) or not (isinstance(dtype, torch.dtype) or dtype in self.op.specs):
                 raise ValueError(f"{self.op.name}['{self.name}']: out_dtypes maps an output index to a torch dtype "
@@ -133,7 +140,8 @@ class Implementation:
         fn = self._resolved
         gates = {k: g.canonical() for k, g in self.gates.items()}
         declared = (f"gates={canonical(gates)};forward_only={self.forward_only};"
-                    f"out_dtypes={canonical(self.out_dtypes)};recipe={canonical(getattr(fn, 'recipe', None))}")
+                    f"out_dtypes={canonical(self.out_dtypes)};recipe={canonical(getattr(fn, 'recipe', None))}"
+                    + (f";no_grad={canonical(self.no_grad)}" if self.no_grad else ""))
         return fingerprint(fn, self.predicate, declared=declared)
 
     @functools.cached_property
@@ -157,6 +165,10 @@ class Implementation:
             return problem
         if self.forward_only and grad:
             return "no backward implementation (forward_only); call under torch.no_grad() or pick another backend"
+        needing = [n for n in self.no_grad if grad and getattr(arguments.get(n), "requires_grad", False)]
+        if needing:
+            return (f"gives no gradient to {', '.join(needing)}; pass them detached (buffers usually are) "
+                    "or pick another backend")
         for name, gate in self.gates.items():
             value = arguments.get(name)
             if gate.kind == "absent" and value is not None:

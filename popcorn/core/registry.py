@@ -151,17 +151,17 @@ class Op:
     # -- registration ---------------------------------------------------------------------
     def register(self, name: str, fn: Callable | None = None, *, source: str | None = None,
                  gates: dict | None = None, predicate: Callable | None = None, forward_only: bool = False,
-                 out_dtypes: dict | None = None):
+                 out_dtypes: dict | None = None, no_grad: tuple = ()):
         """Register implementation ``name``: ``op.register(name, adapter)``, ``op.register(name,
         source="pkg.mod:fn")`` or as a decorator ``@op.register(name, gates=...)``. Returns the adapter."""
         if fn is None and source is None:
             return lambda f: (self.register(name, f, gates=gates, predicate=predicate, forward_only=forward_only,
-                                            out_dtypes=out_dtypes), f)[1]
+                                            out_dtypes=out_dtypes, no_grad=no_grad), f)[1]
         if name in self.implementations:
             raise ValueError(f"{self.name}: implementation '{name}' is already registered")
         self.implementations[name] = Implementation(self, name, fn=fn, source=source, gates=dict(gates or {}),
                                                     predicate=predicate, forward_only=forward_only,
-                                                    out_dtypes=dict(out_dtypes or {}))
+                                                    out_dtypes=dict(out_dtypes or {}), no_grad=tuple(no_grad))
         self.forget()
         return fn
 

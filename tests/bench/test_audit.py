@@ -8,10 +8,28 @@ from popcorn.bench import audit as A
 from popcorn.bench.audit import (CURVES, MISSING, NO_PASS, NO_TIMING, STALE, UNCLEAN, UNREGISTERED, UNSIZED,
                                  _static_gate_admits, audit, memory_of, plan_for, run_check)
 from popcorn.bench.plan import Curve
-from popcorn.kernels import OPS
+from popcorn.kernels import OPS as ALL_OPS
 
 from .test_record import make
 
+
+class WithOnly:
+    """An op as seen with only some of its implementations registered: these tests audit torch and
+    compile; library adapters' pairs are audited in test_release_lists_library_pairs_missing."""
+
+    def __init__(self, op, keep):
+        self._op, self.implementations = op, {k: v for k, v in op.implementations.items() if k in keep}
+
+    def __getattr__(self, name):
+        return getattr(self._op, name)
+
+    def __getitem__(self, name):
+        return self.implementations[name]
+
+
+# library adapters left out; the other backends (attn's SDPA ones) kept
+OPS = {name: WithOnly(op, [i for i, impl in op.implementations.items() if impl.backend.package is None])
+       for name, op in ALL_OPS.items()}
 OP = OPS["rms_norm"]
 REF = OP.ref_hash
 COMPILE = OP.implementations["compile"].impl_hash
@@ -210,3 +228,12 @@ def test_unknown_device_skips_the_curves_with_a_note():
     known = rows + [make(op="softmax", impl="compile", case_id="x", device="NVIDIA H200", ref_hash=rows[0].ref_hash,
                          impl_hash=rows[0].impl_hash)]
     assert {f.kind for f in audit(known, OPS, release=True)} == {CURVES}
+
+
+def test_release_lists_library_pairs_missing():
+    libraries = [i for i in ALL_OPS["rms_norm"].implementations if i not in ("torch", "compile")]
+    assert libraries, "rms_norm has library adapters"
+    findings = audit(curve_rows() + [row(impl="torch")], ALL_OPS, release=True)
+    assert {(f.impl, f.kind) for f in findings} == {(lib, MISSING) for lib in libraries}
+    code, text = run_check(curve_rows() + [row(impl="torch")], ALL_OPS, release=True, out=io.StringIO()), None
+    assert code == 1

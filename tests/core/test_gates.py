@@ -47,3 +47,35 @@ def test_constructors_check_their_arguments():
         dtypes()
     with pytest.raises(ValueError, match="at least one admitted value"):
         one_of()
+
+
+def test_no_grad_inputs_are_declared_refused_when_they_need_grad_and_left_out_of_the_check():
+    from popcorn.bench.compare import check
+
+    @register_kernel(compile=False)
+    def toy_scaled(x: Float["... hidden"], scale: Float["hidden"]) -> Float["... hidden"]:
+        """Scale.
+
+        $$y = x s$$
+        """
+        return x * scale
+
+    def detached(x, scale):  # like liger's rope: no gradient reaches the table
+        return x * scale.detach()
+
+    toy_scaled.register("torch:detached", detached, no_grad=("scale",))
+    impl = toy_scaled["torch:detached"]
+    x, s = torch.randn(3, 4, requires_grad=True), torch.randn(4)
+    assert impl.rejects(toy_scaled.arguments((x, s), {}), True) is None
+    reason = impl.rejects(toy_scaled.arguments((x, s.requires_grad_()), {}), True)
+    assert reason.startswith("gives no gradient to scale")
+
+    def draw(trial):
+        g = torch.Generator().manual_seed(trial)
+        return {"x": torch.randn(3, 4, generator=g), "scale": torch.randn(4, generator=g)}
+    judged = check(toy_scaled.reference, detached, draw, trials=2, grad=True, frozen=impl.no_grad)
+    assert judged.status == "pass" and set(judged.bwd) == {"x"}
+    unjudged = check(toy_scaled.reference, detached, draw, trials=2, grad=True)
+    assert unjudged.status == "fail" and "grad scale" in unjudged.reason
+    with pytest.raises(ValueError, match="no_grad names tensor parameters"):
+        toy_scaled.register("torch:bad", detached, no_grad=("nope",))

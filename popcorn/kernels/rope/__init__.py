@@ -68,4 +68,5 @@ def rope(
 
 
 # -- backends: adapters beside this file, imported on first use ------------------------------------
-rope.register("liger", source="popcorn.kernels.rope.liger:rope", predicate=on_cuda)
+rope.register("liger", source="popcorn.kernels.rope.liger:rope", predicate=on_cuda,
+              no_grad=("cos", "sin"))  # its backward returns None for the tables
