@@ -56,8 +56,10 @@ def test_check_include_audits_shards_before_they_are_merged(tmp_path):
     shard = tmp_path / "shard"
     store.write(curve_rows() + [row(impl="torch")], root=shard)
     out = cli("bench", "check", "--release", "--include", str(shard), env=env)
-    assert out.returncode == 0, out.stdout + out.stderr
     assert "1 included file(s)" in out.stdout
+    # compile's curves pass; what the release still lacks are the library adapters' rows
+    failing = {tuple(line.split()[1:4]) for line in out.stdout.splitlines() if line.startswith("FAIL")}
+    assert failing == {("rms_norm", lib, "missing") for lib in ("liger", "fla")}, out.stdout + out.stderr
     store.write([row(impl_hash="cccccccccccc", case_id="stale1")], root=tmp_path / "stale")
     bad = cli("bench", "check", "--include", str(tmp_path / "stale"), env=env)
     assert bad.returncode == 1 and "stale" in bad.stdout

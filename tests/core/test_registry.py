@@ -72,7 +72,7 @@ def test_register_adapter_gates_predicate_forward_only():
     op.register("fla", lambda x, bias, eps, mode, flag: 2 * x, forward_only=True)
     assert list(op.implementations) == ["torch", "liger", "fla"]
     xh = torch.randn(2, 3, dtype=torch.bfloat16)
-    declare_backend(Backend("liger", "liger-kernel", "liger_kernel", ">=0.6,<0.8", "liger"))
+    declare_backend(Backend("liger", "liger-kernel", "liger_kernel", ">=0.8,<0.9", "liger"))
     if not op["liger"].available:
         with pytest.raises(BackendUnavailable, match=r"pip install 'popcorn\[liger\]'"):
             op(xh, backend="liger")
@@ -175,11 +175,11 @@ def test_a_memoized_call_that_raises_runs_once_and_propagates():
 
 
 def test_asking_for_a_library_without_an_adapter_says_so_instead_of_an_install_hint():
-    from popcorn.kernels import rms_norm
+    from popcorn.kernels import rms_norm, swish
 
     with pytest.raises(DispatchError) as e:
-        rms_norm(torch.randn(2, 8), torch.randn(8), backend="liger")
-    assert "no liger adapter for rms_norm" in str(e.value) and "pip install" not in str(e.value)
+        swish(torch.randn(2, 8), backend="liger")  # liger has no swish kernel
+    assert "no liger adapter for swish" in str(e.value) and "pip install" not in str(e.value)
     with pytest.raises(DispatchError, match="no backend 'nonsense'; registered: torch, compile"):
         rms_norm(torch.randn(2, 8), torch.randn(8), backend="nonsense")
 
