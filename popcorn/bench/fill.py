@@ -13,12 +13,9 @@ import sys
 
 from popcorn.core.registry import Op
 
-# the fill API in one place, including the names this module held before the split
-from .runner import IDLE_DEATHS, ProgressLine, Summary, run  # noqa: F401
-from .sinks import WRITE_EVERY_S, DeltaSink, ShardSink, Sink, UserCacheSink  # noqa: F401
-from .tasks import (CPU_BUDGET_BYTES, GROWTH_S_PER_GIB, REFERENCE_TIMEOUT, REUSABLE, Task, Tasks,  # noqa: F401
-                    backends_for, device_bytes, plan_tasks, usable, watchdog)
-from .worker import Worker, crash_row, orphaned_sentinels  # noqa: F401
+from .runner import ProgressLine, Summary, run
+from .sinks import ShardSink, Sink, UserCacheSink  # noqa: F401 - ShardSink: the CLI's --out
+from .tasks import CPU_BUDGET_BYTES, REFERENCE_TIMEOUT, device_bytes, plan_tasks, watchdog  # noqa: F401 - fill's limits
 
 
 def fill(ops: list[Op], *, backends: list[str] | None = None, limit: int | None = None, force: bool = False,

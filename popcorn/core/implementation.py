@@ -10,7 +10,6 @@ are turned into the same objects.
 from __future__ import annotations
 
 import functools
-import importlib
 import inspect
 import re
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from popcorn.schema import REFERENCE
 
 from .backends import Backend, family
 from .fingerprint import canonical, fingerprint
+from .imports import imported
 
 if TYPE_CHECKING:
     from .registry import Op
@@ -148,11 +148,7 @@ class Implementation:
     def _resolved(self) -> Callable:
         if self.fn is not None:
             return self.fn
-        module, _, attr = self.source.partition(":")
-        obj = importlib.import_module(module)
-        for part in attr.split("."):
-            obj = getattr(obj, part)
-        return obj
+        return imported(self.source)
 
     @property
     def available(self) -> bool:

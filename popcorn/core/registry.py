@@ -21,7 +21,7 @@ from .errors import DispatchError
 from .fingerprint import fingerprint
 from .hotpath import PREFERENCE
 from .implementation import REFERENCE, Implementation  # noqa: F401 - REFERENCE re-exported
-from .settings import settings
+from .settings import bench_mode
 from .shapes import Binding, TensorSpec, bind
 
 # Every op made in this process (popcorn.use checks backend names against their implementations).
@@ -230,7 +230,7 @@ class Op:
         inside a compiled graph (device time ranks there; host time per call does in eager code)."""
         arguments = self.arguments(args, kwargs)
         self.bind(arguments)
-        benched = bench or (bench is None and settings().bench)
+        benched = bench or (bench is None and bench_mode())
         if benched:
             _harness("ensure")(self, args, kwargs)
         grad = self.needs_grad(arguments)

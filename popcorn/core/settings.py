@@ -17,30 +17,50 @@ from pathlib import Path
 
 
 class Settings:
-    """The values, read from the environment by :func:`settings` (a plain class: cheap to import)."""
+    """The values, each read from the environment when asked: a call's slow path, the store and the
+    timer ask for one or two, and the home directory lookup behind the defaults costs ~20 us."""
 
-    __slots__ = ("bench", "cache_root", "report_dir", "store", "bench_target_ms")
+    __slots__ = ("bench_target_ms",)
 
-    def __init__(self, *, bench: bool, cache_root: Path, report_dir: Path | None, store: str,
-                 bench_target_ms: float):
-        self.bench, self.cache_root, self.report_dir = bench, cache_root, report_dir
-        self.store, self.bench_target_ms = store, bench_target_ms
+    def __init__(self, bench_target_ms: float):
+        self.bench_target_ms = bench_target_ms
+
+    @property
+    def bench(self) -> bool:
+        return bench_mode()
+
+    @property
+    def cache_root(self) -> Path:
+        env = os.environ
+        return Path(env.get("POPCORN_CACHE_DIR") or Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+                    / "popcorn")
+
+    @property
+    def report_dir(self) -> Path | None:
+        return Path(os.environ["POPCORN_REPORT"]) if os.environ.get("POPCORN_REPORT") else None
+
+    @property
+    def store(self) -> str:
+        env = os.environ
+        return env.get("POPCORN_STORE") or str(Path(env.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
+                                               / "popcorn" / "store")
 
     def __repr__(self) -> str:
-        return "Settings(" + ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__slots__) + ")"
+        names = ("bench", "cache_root", "report_dir", "store", "bench_target_ms")
+        return "Settings(" + ", ".join(f"{k}={getattr(self, k)!r}" for k in names) + ")"
+
+
+def bench_mode() -> bool:
+    """POPCORN_BENCH=1 alone: the op call's slow path asks on every undecided call."""
+    return os.environ.get("POPCORN_BENCH") == "1"
 
 
 def settings() -> Settings:
-    env = os.environ
-    home = Path.home()
-    cache = env.get("POPCORN_CACHE_DIR") or Path(env.get("XDG_CACHE_HOME") or home / ".cache") / "popcorn"
-    store = env.get("POPCORN_STORE") or str(Path(env.get("XDG_DATA_HOME") or home / ".local" / "share")
-                                            / "popcorn" / "store")
+    """The settings now; a malformed number is refused here, naming the variable."""
+    raw = os.environ.get("POPCORN_BENCH_TARGET_MS")
     try:
-        target = float(env.get("POPCORN_BENCH_TARGET_MS") or 100)
+        target = float(raw or 100)
     except ValueError:
-        raise ValueError(f"POPCORN_BENCH_TARGET_MS={env['POPCORN_BENCH_TARGET_MS']!r} is not a number of "
-                         "milliseconds; unset it or give e.g. 100") from None
-    return Settings(bench=env.get("POPCORN_BENCH") == "1", cache_root=Path(cache),
-                    report_dir=Path(env["POPCORN_REPORT"]) if env.get("POPCORN_REPORT") else None,
-                    store=store, bench_target_ms=target)
+        raise ValueError(f"POPCORN_BENCH_TARGET_MS={raw!r} is not a number of milliseconds; "
+                         "unset it or give e.g. 100") from None
+    return Settings(target)

@@ -1,7 +1,7 @@
 """layer_norm on flash-linear-attention's Triton kernel (bias optional)."""
 
+from popcorn.core.imports import imported
+
 
 def layer_norm(x, weight, bias, eps):
-    # imported here, not at the top: the file imports (and is fingerprinted) without the library
-    from fla.modules.norm.layernorm import layer_norm as fla_layer_norm
-    return fla_layer_norm(x, weight, bias, eps=eps)
+    return imported("fla.modules.norm.layernorm:layer_norm")(x, weight, bias, eps=eps)

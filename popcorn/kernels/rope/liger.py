@@ -1,7 +1,7 @@
 """rope on liger-kernel's Triton kernel (rotate_half, HF Llama's layout)."""
 
+from popcorn.core.imports import imported
+
 
 def rope(q, k, cos, sin):
-    # imported here, not at the top: the file imports (and is fingerprinted) without the library
-    from liger_kernel.ops.rope import LigerRopeFunction
-    return LigerRopeFunction.apply(q, k, cos, sin)
+    return imported("liger_kernel.ops.rope:LigerRopeFunction").apply(q, k, cos, sin)

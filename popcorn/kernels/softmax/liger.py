@@ -1,7 +1,7 @@
 """softmax over the last dimension on liger-kernel's Triton kernel."""
 
+from popcorn.core.imports import imported
+
 
 def softmax(x):
-    # imported here, not at the top: the file imports (and is fingerprinted) without the library
-    from liger_kernel.ops.softmax import LigerSoftmaxFunction
-    return LigerSoftmaxFunction.apply(x)
+    return imported("liger_kernel.ops.softmax:LigerSoftmaxFunction").apply(x)

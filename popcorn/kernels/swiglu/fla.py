@@ -1,7 +1,7 @@
 """swiglu on flash-linear-attention's fused SiLU(gate) * up."""
 
+from popcorn.core.imports import imported
+
 
 def swiglu(gate, up):
-    # imported here, not at the top: the file imports (and is fingerprinted) without the library
-    from fla.modules.activations import swiglu as fla_swiglu
-    return fla_swiglu(gate, up)
+    return imported("fla.modules.activations:swiglu")(gate, up)

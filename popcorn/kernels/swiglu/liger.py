@@ -1,7 +1,7 @@
 """swiglu on liger-kernel's fused SiLU(gate) * up."""
 
+from popcorn.core.imports import imported
+
 
 def swiglu(gate, up):
-    # imported here, not at the top: the file imports (and is fingerprinted) without the library
-    from liger_kernel.ops.swiglu import LigerSiLUMulFunction
-    return LigerSiLUMulFunction.apply(gate, up)
+    return imported("liger_kernel.ops.swiglu:LigerSiLUMulFunction").apply(gate, up)

@@ -1,7 +1,7 @@
 """swish (SiLU) on flash-linear-attention's Triton kernel."""
 
+from popcorn.core.imports import imported
+
 
 def swish(x):
-    # imported here, not at the top: the file imports (and is fingerprinted) without the library
-    from fla.modules.activations.ops import swish as fla_swish
-    return fla_swish(x)
+    return imported("fla.modules.activations.ops:swish")(x)
