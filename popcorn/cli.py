@@ -45,6 +45,16 @@ def _catalog(args) -> int:
     return 0
 
 
+def _positive(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
+    return n
+
+
 def _fill(args) -> int:
     from popcorn.bench.fill import ShardSink, fill
     from popcorn.kernels import OPS
@@ -58,7 +68,7 @@ def _fill(args) -> int:
     try:
         summary = fill(ops, backends=args.backend, limit=args.limit, force=args.force, timeout=args.timeout,
                        slice_spec=args.slice, trials=args.trials, device=args.device, curves=args.curves_only,
-                       sink=ShardSink(args.out) if args.out else None)
+                       sink=ShardSink(args.out) if args.out else None, workers=args.workers)
     except ValueError as e:
         print(f"popcorn bench fill: {e}", file=sys.stderr)
         return 2
@@ -209,6 +219,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="the named production and long-context curves alone (release fills)")
     f.add_argument("--out", metavar="DIR", help="write JSONL shards (DIR/<op>.jsonl) instead of the user cache; "
                    "cases DIR already holds are skipped; `popcorn bench merge DIR` folds them into the store")
+    f.add_argument("--workers", type=_positive, metavar="N",
+                   help="cases measured side by side: compiles and correctness runs overlap, timing keeps the "
+                   "device alone (default: one per two host cores on a GPU, at most 8; 1 on CPU)")
     f.set_defaults(run=_fill)
 
     pl = bench_cmds.add_parser("plan", help="print an op's case plan by stratum, with the pairs gated at plan time",
