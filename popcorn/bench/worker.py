@@ -122,8 +122,6 @@ def warm_up(impl, inputs: dict, grad: bool) -> None:
             step = Step(lambda **a: impl.invoke(a), inputs, grad)
             step.step() if grad else step.forward()
         except Exception:  # noqa: BLE001
-            pass
-        finally:
             free_memory()
 
 
