@@ -91,12 +91,6 @@ def main() -> int:
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="popcorn-throughput-"))
     runs = []
-    if not args.skip_throughput:
-        runs.append(one_fill(args.ops, args.limit, args.workers, args.trials, root, f"parallel-{args.workers}"))
-        if args.keep:
-            args.keep.mkdir(parents=True, exist_ok=True)
-            for f in store.jsonl_files([root / runs[0]["label"]]):
-                shutil.copy(f, args.keep / f.name)
     agreement = {}
     if args.agree_limit:
         a = one_fill(args.ops, args.agree_limit, 1, args.trials, root, "serial-a")
@@ -106,6 +100,12 @@ def main() -> int:
         for column in ("fwd_ms", "step_ms"):
             agreement[column] = {"serial repeat / serial": spread(ratios(a["rows"], b["rows"], column)),
                                  "parallel / serial": spread(ratios(a["rows"], p["rows"], column))}
+    if not args.skip_throughput:
+        runs.insert(0, one_fill(args.ops, args.limit, args.workers, args.trials, root, f"parallel-{args.workers}"))
+        if args.keep:
+            args.keep.mkdir(parents=True, exist_ok=True)
+            for f in store.jsonl_files([root / runs[0]["label"]]):
+                shutil.copy(f, args.keep / f.name)
     print(f"{'run':<22} {'workers':>7} {'pairs':>6} {'wall s':>7} {'pairs/min':>9} {'busy':>5}  phases (worker s)")
     for r in runs:
         phases = " ".join(f"{k}={v:.0f}" for k, v in r["phases_s"].items())

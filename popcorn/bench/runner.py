@@ -244,26 +244,27 @@ class Slot:
                     return
                 with runner.lock:
                     pruned = runner.pruned(order, task)
-                row = None if pruned else self.measure(task)
+                row = None if pruned else self.measure(task, last=order == group[-1][0])
                 if (row is not None and row.status == OOM and arbiter is not None
                         and arbiter.others_reserved(self.index)):
                     arbiter.reserve(self.index, 0, solo=True)  # other cases may have taken its memory
-                    row = self.measure(task)
+                    row = self.measure(task, last=order == group[-1][0])
                 runner.done(order, task, row)
         finally:
             if arbiter is not None:
                 arbiter.unreserve(self.index)
 
-    def measure(self, task: Task) -> Record:
-        """The task's row; a worker that dies before taking the task is replaced, IDLE_DEATHS times."""
+    def measure(self, task: Task, last: bool = False) -> Record:
+        """The task's row; a worker that dies before taking the task is replaced, IDLE_DEATHS times.
+        ``last``: the case's last backend (its worker then gives the case's memory back)."""
         for _ in range(IDLE_DEATHS):
-            row = self.attempt(task)
+            row = self.attempt(task, last)
             if row is not None:
                 return row
         raise RuntimeError(f"the fill worker died {IDLE_DEATHS} times before taking a task "
                            f"({task.op} {task.impl} {task.case.label}); is something killing it?")
 
-    def attempt(self, task: Task) -> Record | None:
+    def attempt(self, task: Task, last: bool = False) -> Record | None:
         """One try in the slot's worker (started if needed); None when it died without the task."""
         runner = self.runner
         if self.worker is not None and self.worker.device != task.device:
@@ -274,7 +275,7 @@ class Slot:
             self.worker = Worker(torch.device(task.device), runner.sink.sentinels, self.index, runner.arbiter,
                                  threads)
         try:
-            row_dict, ok, phases = self.worker.run(task.message(), task.budget_s)
+            row_dict, ok, phases = self.worker.run({**task.message(), "last": last}, task.budget_s)
         except TimeoutError:
             self.stop_worker(kill=True)
             return self.failed(task, TIMEOUT, f"no result within {task.budget_s:.0f} s")
@@ -302,4 +303,4 @@ def reservation(task: Task) -> int:
     """Device bytes a case group may hold: its correctness run plus the reference trials its worker keeps."""
     op = resolve_op(task.message())
     need = planning.footprint(op, task.case, task.grad)
-    return need + min(task.trials * need, TRUTH_CACHE_BYTES["cuda"])
+    return need * 3 // 2 + min(task.trials * need, TRUTH_CACHE_BYTES["cuda"])  # 1.5x: allocator slack

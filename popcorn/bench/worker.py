@@ -30,7 +30,7 @@ from popcorn.schema import REFERENCE
 from . import lane
 from .api import _record, run_case
 from .compare import Result, Truth, describe, free_memory, is_oom, reference_trial
-from .record import CRASH, ERROR, SENTINEL_REASON, SKIP, Record
+from .record import CRASH, ERROR, OOM, SENTINEL_REASON, SKIP, Record
 from .timing import Step
 
 
@@ -61,7 +61,7 @@ class CaseCache:
         self.key, self.inputs, self.truths, self.nbytes = None, None, {}, 0
 
     def enter(self, key) -> None:
-        if key != self.key:
+        if key != self.key or key is None:
             had = self.key is not None
             self.key, self.inputs, self.truths, self.nbytes = key, None, {}, 0
             if had:
@@ -104,13 +104,16 @@ def measure_task(task: dict, device: torch.device) -> dict:
         with lane.phase("truth"):
             reason = impl.rejects(draw(0), grad)
     except Exception as e:  # noqa: BLE001 - inputs that cannot be made are the harness's problem
-        return _record(op, impl, case, Result(ERROR, f"inputs: {describe(e)}", grad=grad), device, {}).to_dict()
+        result = Result(OOM if is_oom(e) else ERROR, f"inputs: {describe(e)}", grad=grad)
+        return _record(op, impl, case, result, device, {}).to_dict()
     if reason:
         result = Result(SKIP, reason, grad=grad)
     else:
         if impl.name != REFERENCE:
             warm_up(impl, draw(0), grad)
         result = run_case(op, impl, case, draw, grad, device, trials=task["trials"], timing=True, truths=truths)
+    if task.get("last"):  # the case's memory goes back before the supervisor lends it to another case
+        _CACHE.enter(None)
     return _record(op, impl, case, result, device, {}).to_dict()
 
 

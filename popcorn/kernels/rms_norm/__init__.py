@@ -4,7 +4,7 @@ import torch
 
 from popcorn.core import Float, register_kernel
 from popcorn.core.numerics import upcast
-from popcorn.core.devices import on_cuda
+from popcorn.core.devices import on_cuda_rows
 
 
 @register_kernel(batch="token_rows", args={"eps": [1e-6, 1e-5]}, tags=("normalization",))
@@ -25,5 +25,7 @@ def rms_norm(
 
 
 # -- backends: adapters beside this file, imported on first use ------------------------------------
-rms_norm.register("liger", source="popcorn.kernels.rms_norm.liger:rms_norm", predicate=on_cuda)
-rms_norm.register("fla", source="popcorn.kernels.rms_norm.fla:rms_norm", predicate=on_cuda)
+rms_norm.register("liger", source="popcorn.kernels.rms_norm.liger:rms_norm",
+                  predicate=on_cuda_rows("x", max_elements=65536))  # a row in one Triton block: 64K elements
+rms_norm.register("fla", source="popcorn.kernels.rms_norm.fla:rms_norm",
+                  predicate=on_cuda_rows("x", max_bytes=65536))  # a row in one Triton block: 64 KB
