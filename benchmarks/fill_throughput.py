@@ -75,7 +75,7 @@ def spread(rs: list[float]) -> dict:
     logs = sorted(abs(math.log(r)) for r in rs)
     q = statistics.quantiles(rs, n=10, method="inclusive") if len(rs) > 1 else [rs[0]] * 9
     return {"n": len(rs), "median": round(statistics.median(rs), 4), "q10": round(q[0], 4), "q90": round(q[8], 4),
-            "median_abs_log": round(statistics.median(logs), 4), "p90_abs_log": round(logs[int(0.9 * (len(logs) - 1))], 4)}
+            "median_abs_log": round(statistics.median(logs), 4), "p90_abs_log": round(logs[max(0, math.ceil(0.9 * len(logs)) - 1)], 4)}
 
 
 def main() -> int:
