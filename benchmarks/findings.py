@@ -61,6 +61,16 @@ def latest(rows: list[Record]) -> list[Record]:
     return list(best.values())
 
 
+def size(r: Record, op) -> int:
+    return estimated_bytes(op, Case.from_config(json.loads(r.config)))
+
+
+def speedups(rows: list[Record], col: str) -> list[float]:
+    """``ref_<col> / <col>`` over the pass rows that have both (``step_ms``: gradient rows alone have it)."""
+    return [getattr(r, f"ref_{col}") / getattr(r, col) for r in rows
+            if r.status == PASS and getattr(r, col) and getattr(r, f"ref_{col}")]
+
+
 def spread(ratios: list[float]) -> str:
     if not ratios:
         return "-"
@@ -90,16 +100,13 @@ def summary(rows: list[Record], ops: dict, dtype: str) -> list[list[str]]:
     out = []
     for name in sorted({op for op, _ in by_pair}):
         for impl in [c for c in columns({name: ops[name]}) if (name, c) in by_pair]:
-            rs = by_pair[name, impl]
-            fwd = [r.ref_fwd_ms / r.fwd_ms for r in rs if r.status == PASS and r.fwd_ms and r.ref_fwd_ms]
-            step = [r.ref_step_ms / r.step_ms for r in rs if r.status == PASS and r.grad and r.step_ms and r.ref_step_ms]
-            op = ops[name]
-            won = sorted(wins[name, impl], key=lambda r: (estimated_bytes(op, Case.from_config(json.loads(r.config))),
-                                                          r.case))
+            rs, op = by_pair[name, impl], ops[name]
+            won = sorted(wins[name, impl], key=lambda r: (size(r, op), r.case))
             where = " .. ".join(dict.fromkeys(shape(r, op) for r in won[:1] + won[-1:]))
             ref = impl == REFERENCE
-            out.append([name, impl, f"{sum(r.status == PASS for r in rs)}/{len(rs)}", "-" if ref else spread(fwd),
-                        "-" if ref else spread(step), f"{len(won)}/{contested[name]}", where])
+            out.append([name, impl, f"{sum(r.status == PASS for r in rs)}/{len(rs)}",
+                        "-" if ref else spread(speedups(rs, "fwd_ms")), "-" if ref else spread(speedups(rs, "step_ms")),
+                        f"{len(won)}/{contested[name]}", where])
     return out
 
 
