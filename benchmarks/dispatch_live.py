@@ -71,7 +71,7 @@ def scaled(op, case: Case, cap: int | None) -> Case:
 
 
 def picks(ids: tuple, points: int) -> list:
-    """``points`` case ids spread evenly over a curve (smallest and largest first kept)."""
+    """``points`` case ids spread evenly over a curve, its smallest and largest among them (one: the middle)."""
     if points <= 1 or len(ids) == 1:
         return [ids[len(ids) // 2]]
     return list(dict.fromkeys(ids[round(i * (len(ids) - 1) / (points - 1))] for i in range(points)))
@@ -175,11 +175,11 @@ def main(argv: list[str] | None = None) -> int:
         dtypes = args.dtypes or ["bfloat16"] + (["float32"] if any(r["dtype"] == "float32" for r in rows) else [])
         cols = [b for b in op.implementations if b == REFERENCE or not args.backends or b in args.backends
                 or b.split(":")[0] in args.backends]
-        print(f"\n{name}" + ("" if rows else " (no report rows: dispatch runs the reference)"))
+        print(f"\n{name}" + ("" if rows else " (no current report rows: dispatch runs the reference)"))
         print("| op | shape | dtype | mode | chosen | chosen ms | " + " | ".join(f"{b} ms" for b in cols)
               + " | fastest | chosen / fastest | popcorn host us |")
         print("|" + "---|" * (9 + len(cols)))
-        notes: dict[str, str] = {}
+        notes: dict[str, None] = {}  # why a backend has no time, each reason once
         for planned, modes in shapes(op, dtypes, device_bytes(device), args.points, args.quick, args.curves):
             case = scaled(op, planned, cap)
             for grad in modes:
@@ -192,8 +192,7 @@ def main(argv: list[str] | None = None) -> int:
                           f"{str(e).splitlines()[0][:160] if str(e) else ''} |")
                     free_memory()
                     continue
-                for b, why in r["why"].items():
-                    notes.setdefault(b, why)
+                notes.update(dict.fromkeys(f"{b}: {why.splitlines()[0][:200]}" for b, why in r["why"].items()))
                 cells = [f"{t:.4f}{'!' if b in failed else ''}" if isinstance(t, float) else t
                          for b, t in r["cells"].items()]
                 ratio = f"{r['ratio']:.2f}" if r["ratio"] else "-"
@@ -202,8 +201,8 @@ def main(argv: list[str] | None = None) -> int:
                 if r["ratio"]:
                     total += 1
                     good += r["ratio"] <= WITHIN
-        for b, why in notes.items():
-            print(f"  {b}: {why.splitlines()[0][:200]}")
+        for note in notes:
+            print(f"  {note}")
     share = good / total if total else 0.0
     print(f"\nchosen within {WITHIN - 1:.0%} of the fastest: {good}/{total} rows ({share:.0%}; target "
           f">= {TARGET:.0%}){'' if share >= TARGET else ' BELOW TARGET'}; {time.perf_counter() - start:.0f} s")
