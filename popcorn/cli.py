@@ -137,21 +137,12 @@ def _publish(args) -> int:
 
 
 def _view(args) -> int:
-    import pyarrow.parquet as pq
-
     from popcorn.bench import store
     from popcorn.bench.delta import ReportStore
-    from popcorn.bench.record import from_arrow
-    from popcorn.bench.view import run_view
-    from popcorn.dispatch.table import load
+    from popcorn.bench.view import published, run_view
     from popcorn.kernels import OPS
 
-    if args.as_of is not None:
-        rows = ReportStore().read(version=args.as_of)
-    else:
-        table = load()
-        parquet = table.source.replace("dispatch-v", "report-v").replace(".json", ".parquet")
-        rows = from_arrow(pq.read_table(parquet)) if table.store_version is not None else []
+    rows = ReportStore().read(version=args.as_of) if args.as_of is not None else published()
     bad: list = []
     if args.user:
         rows = store.merge(rows, [r for op in OPS for r in store.read(op, bad=bad)])
