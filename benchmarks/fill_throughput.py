@@ -97,7 +97,7 @@ def main() -> int:
         b = one_fill(args.ops, args.agree_limit, 1, args.trials, root, "serial-b")
         p = one_fill(args.ops, args.agree_limit, args.workers, args.trials, root, f"agree-parallel-{args.workers}")
         runs += [a, b, p]
-        for column in ("fwd_ms", "step_ms"):
+        for column in ("fwd_ms", "step_ms", "host_us"):
             agreement[column] = {"serial repeat / serial": spread(ratios(a["rows"], b["rows"], column)),
                                  "parallel / serial": spread(ratios(a["rows"], p["rows"], column))}
     if not args.skip_throughput:
