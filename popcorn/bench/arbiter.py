@@ -18,9 +18,14 @@ import time
 from .lane import EXCLUSIVE, SHARED
 
 
+class Closed(RuntimeError):
+    """The fill is stopping: no lane or memory is granted any more."""
+
+
 class Arbiter:
     def __init__(self, memory_bytes: int | None = None):
         self._cv = threading.Condition()
+        self.closed = False
         self._shared: dict[int, int] = {}  # slot -> shared holds
         self._exclusive: int | None = None  # the slot holding the exclusive lane
         self._exclusive_waiting = 0
@@ -34,15 +39,17 @@ class Arbiter:
     def acquire(self, slot: int, kind: str) -> None:
         with self._cv:
             if kind == SHARED:
-                self._cv.wait_for(lambda: self._exclusive is None and not self._exclusive_waiting)
+                self._cv.wait_for(lambda: self.closed or self._exclusive is None and not self._exclusive_waiting)
+                self._check_open()
                 self._shared[slot] = self._shared.get(slot, 0) + 1
             elif kind == EXCLUSIVE:
                 self._exclusive_waiting += 1
                 try:
-                    self._cv.wait_for(lambda: self._exclusive is None
+                    self._cv.wait_for(lambda: self.closed or self._exclusive is None
                                       and not any(n for s, n in self._shared.items() if s != slot))
                 finally:
                     self._exclusive_waiting -= 1
+                self._check_open()
                 self._exclusive, self._since = slot, time.monotonic()
             else:
                 raise ValueError(f"unknown lane {kind!r}")
@@ -55,6 +62,16 @@ class Arbiter:
             elif self._shared.get(slot):
                 self._shared[slot] -= 1
             self._cv.notify_all()
+
+    def close(self) -> None:
+        """Refuse every hold and reservation from now on, waking those who wait (they raise Closed)."""
+        with self._cv:
+            self.closed = True
+            self._cv.notify_all()
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise Closed("the fill is stopping")
 
     def _end_exclusive(self) -> None:
         self.busy_s += time.monotonic() - self._since
@@ -72,11 +89,12 @@ class Arbiter:
             ticket = object()
             self._queue.append(ticket)
             try:
-                self._cv.wait_for(lambda: self._queue[0] is ticket
+                self._cv.wait_for(lambda: self.closed or self._queue[0] is ticket
                                   and sum(b for s, b in self._reserved.items() if s != slot) + want <= self.memory)
             finally:
                 self._queue.remove(ticket)
                 self._cv.notify_all()
+            self._check_open()
             self._reserved[slot] = want
 
     def unreserve(self, slot: int) -> None:

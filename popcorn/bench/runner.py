@@ -24,7 +24,7 @@ import torch
 from popcorn.schema import REFERENCE, REFERENCE_TIMED  # the reference's timings, copied as ref_* onto rows
 
 from . import plan as planning
-from .arbiter import Arbiter
+from .arbiter import Arbiter, Closed
 from .frontier import Frontier
 from .record import OOM, TIMEOUT, Record
 from .sinks import Sink
@@ -52,7 +52,7 @@ def run(tasks: Tasks | Iterable[Task], sink: Sink, progress: Progress | None = N
         runner.summary.interrupted = True
     finally:
         runner.finish()
-    if runner.error is not None:
+    if runner.error is not None and not runner.summary.interrupted:
         raise runner.error
     return runner.summary
 
@@ -77,6 +77,7 @@ class _Runner:
         self.error: BaseException | None = None
         self.arbiter = Arbiter(_device_memory(tasks, workers)) if workers > 1 else None
         self.slots = [Slot(self, i) for i in range(workers)]
+        self.threads: list[threading.Thread] = []
 
     def begin(self, tasks: Tasks) -> list[list[tuple[int, Task]]]:
         """Count the skipped pairs, learn their cached rows, and group the tasks by case, in plan order."""
@@ -97,11 +98,11 @@ class _Runner:
         if len(self.slots) == 1:
             self.slots[0].loop()
             return
-        threads = [threading.Thread(target=slot.loop, name=f"fill-slot-{slot.index}", daemon=True)
-                   for slot in self.slots]
-        for t in threads:
+        self.threads = [threading.Thread(target=slot.loop, name=f"fill-slot-{slot.index}", daemon=True)
+                        for slot in self.slots]
+        for t in self.threads:
             t.start()
-        for t in threads:
+        for t in self.threads:
             while t.is_alive():
                 t.join(0.2)  # wakes for Ctrl-C
 
@@ -192,8 +193,12 @@ class _Runner:
         try:
             interrupted = self.summary.interrupted or self.stop.is_set()
             self.stop.set()
+            if self.arbiter is not None:
+                self.arbiter.close()
             for slot in self.slots:
                 slot.stop_worker(kill=interrupted)
+            for t in self.threads:  # a slot still taking its worker's last words adds no row after the flush
+                t.join(30)
             with self.lock:  # rows measured beside a task that never finished are evidence all the same
                 for o in sorted(self.held):
                     task, row = self.held.pop(o)
@@ -228,6 +233,8 @@ class Slot:
         try:
             while (group := runner.next_group()) is not None:
                 self.measure_group(group)
+        except Closed:
+            return  # the fill is stopping
         except BaseException as e:  # noqa: BLE001 - the main thread re-raises it after stopping the others
             if threading.current_thread() is threading.main_thread():
                 raise
@@ -265,7 +272,8 @@ class Slot:
                            f"({task.op} {task.impl} {task.case.label}); is something killing it?")
 
     def attempt(self, task: Task, last: bool = False) -> Record | None:
-        """One try in the slot's worker (started if needed); None when it died without the task."""
+        """One try in the slot's worker (started if needed); None when it died without the task. Raises
+        Closed when the fill stops meanwhile: whatever the killed worker was doing is not a row."""
         runner = self.runner
         if self.worker is not None and self.worker.device != task.device:
             self.stop_worker()
@@ -274,14 +282,19 @@ class Slot:
             threads = max(1, (os.cpu_count() or 2) // workers) if workers > 1 else None
             self.worker = Worker(torch.device(task.device), runner.sink.sentinels, self.index, runner.arbiter,
                                  threads)
+        worker = self.worker  # the main thread may take self.worker away when the fill stops
         try:
-            row_dict, ok, phases = self.worker.run({**task.message(), "last": last}, task.budget_s)
+            row_dict, ok, phases = worker.run({**task.message(), "last": last}, task.budget_s)
         except TimeoutError:
+            if runner.stop.is_set():
+                raise Closed("the fill is stopping") from None
             self.stop_worker(kill=True)
             return self.failed(task, TIMEOUT, f"no result within {task.budget_s:.0f} s")
         except (EOFError, ConnectionError, OSError):
-            row, self.worker = self.worker.death_row(), None
-            return row
+            if runner.stop.is_set():
+                raise Closed("the fill is stopping") from None
+            self.worker = None
+            return worker.death_row()
         runner.summary.spent(phases)
         if not ok:  # the case left the CUDA context unusable: start afresh
             self.stop_worker(kill=True)
@@ -294,9 +307,9 @@ class Slot:
         return row_from(op, task.impl, task.case, task.grad, status, reason, torch.device(task.device))
 
     def stop_worker(self, kill: bool = False) -> None:
-        if self.worker is not None:
-            self.worker.kill() if kill else self.worker.close()
-            self.worker = None
+        worker, self.worker = self.worker, None
+        if worker is not None:
+            worker.kill() if kill else worker.close()
 
 
 def reservation(task: Task) -> int:

@@ -122,3 +122,28 @@ def test_cli_refuses_a_worker_count_that_is_not_positive():
     out = subprocess.run([sys.executable, "-m", "popcorn.cli", "bench", "fill", "rms_norm", "--workers", "0"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "--workers: '0' is not a positive whole number" in out.stderr
+
+
+def test_ctrl_c_to_the_whole_process_group_keeps_the_rows_and_prints_the_summary(env):
+    import signal
+
+    cache = env / "cache"
+    proc = subprocess.Popen([sys.executable, "-m", "popcorn.cli", "bench", "fill", "rms_norm", "--limit", "40",
+                             "--backend", "torch", "--trials", "1", "--workers", "3", "--device", "cpu", "--slice",
+                             "normalized_shape", "dtype=float32", "...=[2]", "eps=0.000001"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env={**os.environ, "POPCORN_CACHE_DIR": str(cache)})
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        written = list(cache.rglob("rms_norm.jsonl"))
+        if written and len(written[0].read_text().splitlines()) >= 2:
+            break
+        time.sleep(0.2)
+    assert proc.poll() is None, "the fill ended before it could be interrupted"
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C (or `timeout`) does: every process of the group
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    assert "interrupted" in out and "Traceback" not in err
+    rows = store.read_file(next(cache.rglob("rms_norm.jsonl")))
+    assert len(rows) >= 2 and all(r.status == "pass" for r in rows)  # no crash rows for the workers we killed
+    assert not list(cache.parent.rglob("sentinel-*"))
