@@ -176,11 +176,14 @@ def decide(op, arguments: dict, grad: bool, rows: list[dict] | None = None, here
     for name, impl in op.implementations.items():
         if name == REFERENCE:
             continue
-        reason = impl.rejects(arguments, grad)
+        mine = [r for r in all_rows if r["impl"] == name]
+        missing = impl.backend.problem()
+        if missing and any(r["status"] == PASS and r["device"].startswith("cpu") == on_cpu for r in mine):
+            _notice_missing(impl.backend, op.name, name, missing)
+        reason = missing or impl.rejects(arguments, grad)
         if reason:
             verdicts.append(Verdict(name, False, reason))
             continue
-        mine = [r for r in all_rows if r["impl"] == name]
         same = [r for r in mine if r["device"] == here]
         sibling = [r for r in mine if r["device"] != here and r["device"].startswith("cpu") == on_cpu]
         mine = same or sibling
@@ -236,3 +239,12 @@ def _warn_foreign(op: str, impl: str, row: dict, here: str) -> None:
         _WARNED.add((op, impl))
         warnings.warn(f"popcorn: ranking {op}:{impl} on evidence from {', '.join(notes)}; "
                       f"run `popcorn bench fill {op} --backend {impl}` here to measure it", stacklevel=4)
+
+
+def _notice_missing(backend, op: str, impl: str, problem: str) -> None:
+    """One notice per library that is missing (or out of range) while the evidence has it passing on
+    calls like this one: those calls run elsewhere, and installing it may make them faster."""
+    if ("missing", backend.name) not in _WARNED:
+        _WARNED.add(("missing", backend.name))
+        warnings.warn(f"popcorn: {problem}; the evidence has {op}:{impl} passing on calls like this one, which "
+                      f"run another backend meanwhile (this notice is shown once per library)", stacklevel=4)

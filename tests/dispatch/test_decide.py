@@ -263,3 +263,32 @@ def test_leading_dims_of_other_ops_keep_their_rank():
     op = make_op()
     store.write([row(op, "toy:fast", h, fwd=0.5, batch=(4096,)) for h in (32, 128)])
     assert last(op, torch.randn(2, 2048, 64)) == "torch"  # no evidence of rank 2
+
+
+def test_a_missing_library_with_evidence_gets_one_notice_and_the_call_runs_elsewhere():
+    import sys
+
+    op = make_op()
+    declare_backend(Backend("toymiss", "popcorn-toymiss-not-installed", "popcorn_toymiss", ">=1", "toymiss"))
+    op.register("toymiss", lambda x, eps: 2 * x)
+    store.write([row(op, "toymiss", 32, fwd=0.1), row(op, "toymiss", 128, fwd=0.1),
+                 row(op, "toy:fast", 32, fwd=1.0), row(op, "toy:fast", 128, fwd=1.0)])
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert last(op, torch.randn(4, 40)) == "toy:fast"  # the fastest installed backend
+        assert last(op, torch.randn(4, 100)) == "toy:fast"
+    notices = [str(w.message) for w in seen if "toymiss" in str(w.message)]
+    assert len(notices) == 1, notices  # one per library, not per call
+    assert "pip install 'popcorn[toymiss]'" in notices[0] and "passing on calls like this one" in notices[0]
+    assert "popcorn_toymiss" not in sys.modules
+
+
+def test_a_missing_library_without_evidence_says_nothing():
+    op = make_op()
+    declare_backend(Backend("toyabsent", "popcorn-toyabsent-not-installed", "popcorn_toyabsent", ">=1", "toyabsent"))
+    op.register("toyabsent", lambda x, eps: 2 * x)
+    store.write([row(op, "toy:fast", 32, fwd=1.0), row(op, "toy:fast", 128, fwd=1.0)])
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert last(op, torch.randn(4, 40)) == "toy:fast"
+    assert not [w for w in seen if "toyabsent" in str(w.message)]
