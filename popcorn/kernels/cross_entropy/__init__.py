@@ -9,7 +9,7 @@ from typing import Literal
 
 import torch
 
-from popcorn.core import Float, Int, register_kernel
+from popcorn.core import HALF, Float, Int, dtypes, register_kernel
 from popcorn.core.numerics import upcast
 from popcorn.core.devices import on_cuda
 
@@ -71,3 +71,6 @@ def cross_entropy(
 # -- backends: adapters beside this file, imported on first use ------------------------------------
 cross_entropy.register("liger", source="popcorn.kernels.cross_entropy.liger:cross_entropy", predicate=on_cuda,
                        out_dtypes={0: "logits"})  # the loss in the logits' dtype
+# fla: fp32 losses (no fp64)
+cross_entropy.register("fla", source="popcorn.kernels.cross_entropy.fla:cross_entropy", predicate=on_cuda,
+                       gates={"logits": dtypes(*HALF, torch.float32)})

@@ -2,7 +2,7 @@
 
 import torch
 
-from popcorn.core import Float, register_kernel
+from popcorn.core import HALF, Float, dtypes, register_kernel
 from popcorn.core.numerics import upcast
 from popcorn.core.devices import on_cuda
 
@@ -18,3 +18,12 @@ def softmax(x: Float["... vocab"]) -> Float["... vocab"]:
 
 # -- backends: adapters beside this file, imported on first use ------------------------------------
 softmax.register("liger", source="popcorn.kernels.softmax.liger:softmax", predicate=on_cuda)
+
+
+def fla_row_fits(**arguments) -> bool:
+    """On CUDA, with a row within Triton's largest block (2**20 elements): fla takes each row whole."""
+    return on_cuda(**arguments) and arguments["x"].shape[-1] <= 2**20
+
+
+softmax.register("fla", source="popcorn.kernels.softmax.fla:softmax", predicate=fla_row_fits,
+                 gates={"x": dtypes(*HALF, torch.float32)})  # fp32 arithmetic (no fp64)
