@@ -1,4 +1,4 @@
-"""Library adapters (liger, fla) on the CPU: what they admit (gates, predicates), and that without
+"""Library adapters (liger, fla, quack) on the CPU: what they admit (gates, predicates), and that without
 the libraries every op still dispatches, never importing them. Their values are checked by the
 conformance test on a GPU, and liger's and fla's by test_library_interpreter in Triton's interpreter."""
 
@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from popcorn.core import BackendUnavailable
+from popcorn.core.devices import dense
 from popcorn.kernels import OPS, geglu, rms_norm
 
 COVERS = {
@@ -16,6 +17,7 @@ COVERS = {
               "linear_cross_entropy", "rms_norm", "rope", "softmax", "swiglu"],
     "fla": ["add_rms_norm", "attn", "attn_varlen", "cross_entropy", "group_norm", "l2_norm", "layer_norm",
             "linear_cross_entropy", "logsumexp", "rms_norm", "softmax", "swiglu", "swish"],
+    "quack": ["add_rms_norm", "cross_entropy", "rms_norm", "softmax"],
 }
 PAIRS = [(lib, name) for lib, names in COVERS.items() for name in names]
 
@@ -60,8 +62,8 @@ def test_without_the_libraries_every_op_dispatches_and_none_is_imported():
             "rms_norm(x, torch.ones(8)).sum().backward()\n"
             "softmax(x); swiglu(x, x)\n"
             "cross_entropy(torch.randn(4, 7), torch.tensor([0, 1, 2, 3]))\n"
-            "assert not {'liger_kernel', 'fla'} & set(sys.modules), 'a library was imported'\n"
-            "assert all(not {'liger', 'fla'} & set(op.available_backends()) for op in OPS.values())\n")
+            "assert not {'liger_kernel', 'fla', 'quack'} & set(sys.modules), 'a library was imported'\n"
+            "assert all(not {'liger', 'fla', 'quack'} & set(op.available_backends()) for op in OPS.values())\n")
     if "liger" in rms_norm.available_backends():
         pytest.skip("liger-kernel is installed here")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -81,12 +83,13 @@ def test_out_of_gate_dtypes_and_values_are_refused_at_plan_time():
                ("group_norm", "liger", "float16", {}), ("logsumexp", "fla", "float64", {}),
                ("softmax", "fla", "float64", {}), ("attn", "fla", "float32", {"is_causal": True}),
                ("attn", "fla", "bfloat16", {"is_causal": False}), ("attn_varlen", "fla", "bfloat16", {"causal": False}),
-]
+               ("cross_entropy", "quack", "bfloat16", {"label_smoothing": 0.1}), ("rms_norm", "quack", "float64", {})]
     for name, lib, dtype, args in refused:
         assert OPS[name][lib].admits_static(dtype, args, ()) is False, (name, lib, dtype, args)
     admitted = [("jsd", "liger", "bfloat16", {}), ("linear_cross_entropy", "fla", "bfloat16", {"reduction": "sum"}),
                 ("group_norm", "liger", "bfloat16", {}), ("attn", "fla", "float16", {"is_causal": True}),
-                ("attn_varlen", "fla", "bfloat16", {"causal": True})]
+                ("attn_varlen", "fla", "bfloat16", {"causal": True}),
+                ("cross_entropy", "quack", "bfloat16", {"label_smoothing": 0.0})]
     for name, lib, dtype, args in admitted:
         assert OPS[name][lib].admits_static(dtype, args, ()) is True, (name, lib, dtype, args)
 
@@ -101,14 +104,17 @@ def installed(monkeypatch):
 
 @pytest.fixture
 def cuda(monkeypatch):
-    """Tensors count as on a CUDA device."""
+    """Tensors count as on a CUDA device of compute capability 9.0."""
     from popcorn.core import devices
 
     monkeypatch.setattr(devices, "on_cuda", lambda **a: True)
+    monkeypatch.setattr(devices, "_capability", lambda index: (9, 0))
     for name in OPS:
         module = sys.modules[f"popcorn.kernels.{name}"]
         if hasattr(module, "on_cuda"):
             monkeypatch.setattr(module, "on_cuda", lambda **a: True)
+        if hasattr(module, "on_sm90"):
+            monkeypatch.setattr(module, "on_sm90", devices.on_sm90)
 
 
 def test_teachers_and_targets_given_no_gradient_send_those_calls_elsewhere(installed):
@@ -162,3 +168,32 @@ def test_predicates_on_sizes(cuda):
     wide = torch.empty(1, 4, 16, 512, dtype=torch.bfloat16, **meta)
     assert attn(q=wide, k=wide, v=wide) is False
     assert OPS["attn_varlen"]["fla"].predicate is attn
+
+
+def test_quack_needs_hopper_and_whole_vectors(cuda, monkeypatch):
+    from popcorn.core import devices
+
+    meta = dict(device="meta")
+    softmax, ce, rms = (OPS[n]["quack"].predicate for n in ("softmax", "cross_entropy", "rms_norm"))
+    row = torch.empty(4, 4096, dtype=torch.bfloat16, **meta)
+    assert softmax(x=row) is True
+    assert softmax(x=torch.empty(4, 17, dtype=torch.bfloat16, **meta)) is False  # 17 is no whole 16-byte vector
+    assert softmax(x=torch.empty(4, 12, dtype=torch.float32, **meta)) is True  # 3 fp32 vectors
+    assert softmax(x=torch.empty(1, 300 * 1024, dtype=torch.bfloat16, **meta)) is False
+    assert ce(logits=torch.empty(4, 32000, dtype=torch.bfloat16, **meta), target=None) is True
+    assert ce(logits=torch.empty(4, 50257, dtype=torch.bfloat16, **meta), target=None) is False
+    assert rms(x=torch.empty(2, 200 * 1024, dtype=torch.bfloat16, **meta)) is True
+    assert rms(x=torch.empty(2, 200 * 1024, dtype=torch.float32, **meta)) is False  # its fp32 backward stops at 128k
+    assert OPS["add_rms_norm"]["quack"].predicate is rms
+    monkeypatch.setattr(devices, "_capability", lambda index: (8, 0))
+    assert softmax(x=row) is False  # an A100: quack's kernels are built for Hopper and newer
+
+
+def test_dense_copies_only_what_vectorized_loads_cannot_read():
+    x = torch.randn(4, 8)
+    assert dense(x) is x
+    strided = x.t()
+    assert dense(strided).is_contiguous() and torch.equal(dense(strided), strided)
+    shifted = torch.randn(33)[1:].view(4, 8)  # 4 bytes past an aligned start
+    assert shifted.data_ptr() % 16 and dense(shifted).data_ptr() % 16 == 0
+    assert torch.equal(dense(shifted), shifted)

@@ -4,7 +4,7 @@ import torch
 
 from popcorn.core import HALF, Float, dtypes, register_kernel
 from popcorn.core.numerics import upcast
-from popcorn.core.devices import on_cuda
+from popcorn.core.devices import on_cuda, on_sm90
 
 
 @register_kernel(batch="token_rows", tags=("reduction",))
@@ -27,3 +27,17 @@ def fla_row_fits(**arguments) -> bool:
 
 softmax.register("fla", source="popcorn.kernels.softmax.fla:softmax", predicate=fla_row_fits,
                  gates={"x": dtypes(*HALF, torch.float32)})  # fp32 arithmetic (no fp64)
+
+
+def quack_row_fits(**arguments) -> bool:
+    """On Hopper or newer, with rows of whole 16-byte vectors (quack's softmax loads them so) and at
+    most 256k elements (the longest row its cluster sizes are chosen for)."""
+    if not on_sm90(**arguments):
+        return False
+    x = arguments["x"]
+    n = x.shape[-1]
+    return n % (16 // x.element_size()) == 0 and n <= 256 * 1024
+
+
+softmax.register("quack", source="popcorn.kernels.softmax.quack:softmax", predicate=quack_row_fits,
+                 gates={"x": dtypes(*HALF, torch.float32)})
