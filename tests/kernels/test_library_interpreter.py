@@ -67,14 +67,15 @@ def _run_all() -> dict:
     from triton.runtime import interpreter
     from triton.runtime.autotuner import Autotuner
 
-    convert = interpreter._implicit_cvt
+    convert = getattr(interpreter, "_implicit_cvt", None)  # the Triton 3.9 name; others may wrap floats
 
     def float_as_fp32(arg):
         if isinstance(arg, float):
             return tl.tensor(interpreter.TensorHandle(np.array([arg], dtype=np.float32), tl.float32), tl.float32)
         return convert(arg)
 
-    interpreter._implicit_cvt = float_as_fp32
+    if convert is not None:
+        interpreter._implicit_cvt = float_as_fp32
 
     def run_once(self):
         def bench(fn, quantiles=None, **_):
