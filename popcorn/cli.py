@@ -45,6 +45,16 @@ def _catalog(args) -> int:
     return 0
 
 
+def _positive(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
+    return n
+
+
 def _fill(args) -> int:
     from popcorn.bench.fill import ShardSink, fill
     from popcorn.kernels import OPS
@@ -58,7 +68,7 @@ def _fill(args) -> int:
     try:
         summary = fill(ops, backends=args.backend, limit=args.limit, force=args.force, timeout=args.timeout,
                        slice_spec=args.slice, trials=args.trials, device=args.device, curves=args.curves_only,
-                       sink=ShardSink(args.out) if args.out else None)
+                       sink=ShardSink(args.out) if args.out else None, workers=args.workers)
     except ValueError as e:
         print(f"popcorn bench fill: {e}", file=sys.stderr)
         return 2
@@ -127,21 +137,12 @@ def _publish(args) -> int:
 
 
 def _view(args) -> int:
-    import pyarrow.parquet as pq
-
     from popcorn.bench import store
     from popcorn.bench.delta import ReportStore
-    from popcorn.bench.record import from_arrow
-    from popcorn.bench.view import run_view
-    from popcorn.dispatch.table import load
+    from popcorn.bench.view import published, run_view
     from popcorn.kernels import OPS
 
-    if args.as_of is not None:
-        rows = ReportStore().read(version=args.as_of)
-    else:
-        table = load()
-        parquet = table.source.replace("dispatch-v", "report-v").replace(".json", ".parquet")
-        rows = from_arrow(pq.read_table(parquet)) if table.store_version is not None else []
+    rows = ReportStore().read(version=args.as_of) if args.as_of is not None else published()
     bad: list = []
     if args.user:
         rows = store.merge(rows, [r for op in OPS for r in store.read(op, bad=bad)])
@@ -209,6 +210,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="the named production and long-context curves alone (release fills)")
     f.add_argument("--out", metavar="DIR", help="write JSONL shards (DIR/<op>.jsonl) instead of the user cache; "
                    "cases DIR already holds are skipped; `popcorn bench merge DIR` folds them into the store")
+    f.add_argument("--workers", type=_positive, metavar="N",
+                   help="cases measured side by side: compiles and correctness runs overlap, timing keeps the "
+                   "device alone (default: one per two host cores on a GPU, at most 8; 1 on CPU)")
     f.set_defaults(run=_fill)
 
     pl = bench_cmds.add_parser("plan", help="print an op's case plan by stratum, with the pairs gated at plan time",

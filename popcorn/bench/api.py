@@ -17,7 +17,7 @@ from popcorn.core.inputs import make_inputs
 from popcorn.core.registry import REFERENCE, Implementation, Op
 from popcorn.schema import REFERENCE_TIMED, is_current_for
 
-from . import store
+from . import lane, store
 from .compare import Result, check, describe, free_memory, is_oom
 from .record import ERROR, OOM, PASS, Record
 from .timing import measure
@@ -62,13 +62,15 @@ def _log(row: Record) -> None:
 
 
 def run_case(op: Op, impl: Implementation, case: Case, draw, grad: bool, device: torch.device, *,
-             trials: int, timing: bool) -> Result:
-    """Check ``impl`` against the reference on ``case`` and, after a pass, time it."""
+             trials: int, timing: bool, truths=None) -> Result:
+    """Check ``impl`` against the reference on ``case`` and, after a pass, time it (holding the device
+    alone: :mod:`popcorn.bench.lane`). ``truths``: the reference's side of each trial, when shared."""
     result = check(op.reference, lambda **a: impl.invoke(a), draw, trials=trials, grad=grad, frozen=impl.no_grad,
-                   out_dtypes=impl.expected_dtypes)
+                   out_dtypes=impl.expected_dtypes, truths=truths)
     if result.passed and timing:
         try:
-            result.timing, result.timer = measure(lambda **a: impl.invoke(a), draw(0), grad, device)
+            with lane.hold(lane.EXCLUSIVE), lane.phase("timing"):
+                result.timing, result.timer = measure(lambda **a: impl.invoke(a), draw(0), grad, device)
         except Exception as e:  # noqa: BLE001 - a timing failure never overwrites correctness
             if is_oom(e):
                 result.status, result.reason = OOM, f"timing: {describe(e)}"

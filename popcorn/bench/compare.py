@@ -21,6 +21,7 @@ import torch
 
 from popcorn.schema import CRASH, ERROR, FAIL, OOM, PASS, REFERENCE_TIMED
 
+from . import lane
 from .calls import cotangents, graded, leaves_of, outputs_of, prepare
 from .timing import measure
 
@@ -177,96 +178,151 @@ def _name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+@dataclass
+class Truth:
+    """The reference's side of one trial, shared by every candidate of a case: the native inputs, the
+    fp64 truth and the native-precision budget outputs, and with gradients their cotangents and input
+    gradients. ``failed`` instead when the inputs or the reference could not be made."""
+
+    native: dict | None = None
+    truth: list = field(default_factory=list)
+    budget: list = field(default_factory=list)
+    idx: list = field(default_factory=list)
+    cots: list = field(default_factory=list)
+    g_truth: dict = field(default_factory=dict)
+    g_budget: dict = field(default_factory=dict)
+    failed: tuple | None = None  # (status, reason)
+
+    def nbytes(self) -> int:
+        tensors = list((self.native or {}).values()) + self.truth + self.budget + self.cots
+        tensors += list(self.g_truth.values()) + list(self.g_budget.values())
+        return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
+
+
+def reference_trial(reference: Callable, draw: Callable[[int], dict], trial: int, grad: bool, frozen=()) -> Truth:
+    """Trial ``trial``'s reference side (inputs are drawn here)."""
+    try:
+        native = draw(trial)
+    except Exception as e:  # noqa: BLE001 - any failure to make inputs is the harness's
+        return Truth(failed=(OOM if is_oom(e) else ERROR, f"inputs: {describe(e)}"))
+    try:  # the fp64 copies are the largest allocation of a trial: running out here is an oom row
+        truth_args, budget_args = prepare(native, torch.float64, grad, frozen), prepare(native, None, grad, frozen)
+    except Exception as e:  # noqa: BLE001
+        free_memory()
+        return Truth(failed=(OOM if is_oom(e) else ERROR, f"inputs: {describe(e)}"))
+    try:
+        with torch.enable_grad() if grad else torch.no_grad():
+            truth = outputs_of(reference(**truth_args))
+            budget = outputs_of(reference(**budget_args))
+    except Exception as e:  # noqa: BLE001
+        free_memory()
+        return Truth(failed=(OOM if is_oom(e) else ERROR, f"reference: {describe(e)}"))
+    t = Truth(native, truth, budget)
+    if grad:
+        t.idx, t.cots = graded(truth), cotangents(truth, trial)
+        try:
+            t.g_truth = _backward(truth, leaves_of(truth_args), t.cots, t.idx)
+            t.g_budget = _backward(budget, leaves_of(budget_args), t.cots, t.idx)
+        except Exception as e:  # noqa: BLE001
+            free_memory()
+            return Truth(failed=(OOM if is_oom(e) else ERROR, f"reference backward: {describe(e)}"))
+        t.truth, t.budget = [_detached(o) for o in truth], [_detached(o) for o in budget]
+    return t
+
+
+def _detached(o):
+    return o.detach() if isinstance(o, torch.Tensor) else o
+
+
+Truths = Callable[[int], Truth]  # trial -> its reference side (computed, or shared from a cache)
+
+
 def check(reference: Callable, candidate: Callable, draw: Callable[[int], dict], *, trials: int,
-          grad: bool, out_dtypes: Callable[[dict], dict] | None = None, frozen=()) -> Result:
+          grad: bool, out_dtypes: Callable[[dict], dict] | None = None, frozen=(), truths: Truths | None = None
+          ) -> Result:
     """Run ``trials`` correctness trials of ``candidate`` against ``reference``; inputs from ``draw(trial)``.
 
     Both callables take the op's arguments by keyword. Every output must have the native-precision
     reference's dtype and device, except those ``out_dtypes(arguments)`` declares ({index: dtype}).
-    Returns a Result with status pass, fail, crash (candidate raised), oom, or error (the reference
-    or the input draw failed).
+    ``truths``: the reference's side of each trial when it is shared by several candidates (default:
+    computed here). Each trial holds the device's shared lane. Returns a Result with status pass,
+    fail, crash (candidate raised), oom, or error (the reference or the input draw failed).
     """
+    truths = truths or (lambda trial: reference_trial(reference, draw, trial, grad, frozen))
     fwd: dict[str, Gauge] = {}
     bwd: dict[str, Gauge] = {}
     floor = None
     for trial in range(trials):
-        try:
-            native = draw(trial)
-        except Exception as e:  # noqa: BLE001 - any failure to make inputs is the harness's
-            return Result(OOM if is_oom(e) else ERROR, f"inputs: {describe(e)}", fwd, bwd, trial, grad)
-        floor = floor if floor is not None else floor_for(native)
-        try:  # the fp64 copies are the largest allocation of a trial: running out here is an oom row
-            truth_args, budget_args = prepare(native, torch.float64, grad, frozen), prepare(native, None, grad, frozen)
-            mine_args = prepare(native, None, grad, frozen)
-        except Exception as e:  # noqa: BLE001
-            free_memory()
-            return Result(OOM if is_oom(e) else ERROR, f"inputs: {describe(e)}", fwd, bwd, trial, grad)
-        del native
-        try:
-            with torch.enable_grad() if grad else torch.no_grad():
-                truth = outputs_of(reference(**truth_args))
-                budget = outputs_of(reference(**budget_args))
-        except Exception as e:  # noqa: BLE001
-            free_memory()
-            return Result(OOM if is_oom(e) else ERROR, f"reference: {describe(e)}", fwd, bwd, trial, grad)
-        # On CPU poisoning turns on deterministic mode, which compiled code guards on; the last
-        # trial runs as the timer will, so the artifact that gets timed is checked too.
-        poison = poisoned(budget) if trial < trials - 1 or trials == 1 else contextlib.nullcontext()
-        try:
-            with poison, (torch.enable_grad() if grad else torch.no_grad()):
-                mine = outputs_of(candidate(**mine_args))
-        except Exception as e:  # noqa: BLE001
-            free_memory()
-            return Result(OOM if is_oom(e) else CRASH, describe(e), fwd, bwd, trial, grad)
-        problem = _structure(mine, budget, out_dtypes(mine_args) if out_dtypes else {})
-        if problem:
-            return Result(FAIL, problem, fwd, bwd, trial, grad)
-        for i, (m, n, t) in enumerate(zip(mine, budget, truth)):
-            if isinstance(t, torch.Tensor) and t.is_floating_point():
-                fwd.setdefault(f"out{i}", Gauge()).update(m, n, t)
-            elif isinstance(t, torch.Tensor):
-                if not torch.equal(m.cpu(), t.cpu()):
-                    return Result(FAIL, f"out{i}: integer output differs", fwd, bwd, trial, grad)
-            elif m != t:
-                return Result(FAIL, f"out{i}: {m!r} != {t!r}", fwd, bwd, trial, grad)
-        if grad:
-            idx = graded(truth)
-            cots = cotangents(truth, trial)
-            try:
-                g_truth = _backward(truth, leaves_of(truth_args), cots, idx)
-                g_budget = _backward(budget, leaves_of(budget_args), cots, idx)
-            except Exception as e:  # noqa: BLE001
-                free_memory()
-                return Result(OOM if is_oom(e) else ERROR, f"reference backward: {describe(e)}", fwd, bwd, trial, grad)
-            try:
-                mine_idx = graded(mine)
-                if mine_idx != idx:
-                    return Result(FAIL, f"outputs {idx} need gradients, the candidate's graph covers {mine_idx}",
-                                  fwd, bwd, trial, grad)
-                poison = [g for g in g_budget.values() if g is not None]
-                with poisoned(poison) if trial < trials - 1 or trials == 1 else contextlib.nullcontext():
-                    g_mine = _backward(mine, leaves_of(mine_args), cots, idx)
-            except Exception as e:  # noqa: BLE001
-                free_memory()
-                return Result(OOM if is_oom(e) else CRASH, f"backward: {describe(e)}", fwd, bwd, trial, grad)
-            for name, t in g_truth.items():
-                m, n = g_mine.get(name), g_budget.get(name)
-                if t is None:
-                    if m is not None and m.abs().sum().item() != 0:
-                        return Result(FAIL, f"grad {name}: unexpected nonzero gradient", fwd, bwd, trial, grad)
-                    continue
-                if m is None:
-                    return Result(FAIL, f"grad {name}: missing", fwd, bwd, trial, grad)
-                if tuple(m.shape) != tuple(t.shape):
-                    return Result(FAIL, f"grad {name}: shape {list(m.shape)}, the reference {list(t.shape)}",
-                                  fwd, bwd, trial, grad)
-                if n is None:
-                    return Result(ERROR, f"grad {name}: the native reference gives none", fwd, bwd, trial, grad)
-                bwd.setdefault(name, Gauge()).update(m, n, t)
-        del truth, budget, mine, truth_args, budget_args, mine_args
+        with lane.hold(lane.SHARED):
+            with lane.phase("truth"):
+                ref = truths(trial)
+            if ref.failed:
+                return Result(*ref.failed, fwd, bwd, trial, grad)
+            with lane.phase("trials"):
+                problem = _trial(ref, candidate, trial, trials, grad, out_dtypes, frozen, fwd, bwd)
+            if problem is not None:
+                return Result(*problem, fwd, bwd, trial, grad)
+        floor = floor if floor is not None else floor_for(ref.native)
+        del ref
     reasons = [f"{k}: {v}" for k, g in fwd.items() if (v := g.verdict(floor))]
     reasons += [f"grad {k}: {v}" for k, g in bwd.items() if (v := g.verdict(floor))]
     return Result(FAIL if reasons else PASS, "; ".join(reasons) or None, fwd, bwd, trials, grad)
+
+
+def _trial(ref: Truth, candidate: Callable, trial: int, trials: int, grad: bool, out_dtypes, frozen,
+           fwd: dict, bwd: dict) -> tuple | None:
+    """One trial of the candidate against ``ref``, updating the gauges; (status, reason) when it ends the check."""
+    try:
+        mine_args = prepare(ref.native, None, grad, frozen)
+    except Exception as e:  # noqa: BLE001
+        free_memory()
+        return OOM if is_oom(e) else ERROR, f"inputs: {describe(e)}"
+    # On CPU poisoning turns on deterministic mode, which compiled code guards on; the last
+    # trial runs as the timer will, so the artifact that gets timed is checked too.
+    poison = poisoned(ref.budget) if trial < trials - 1 or trials == 1 else contextlib.nullcontext()
+    try:
+        with poison, (torch.enable_grad() if grad else torch.no_grad()):
+            mine = outputs_of(candidate(**mine_args))
+    except Exception as e:  # noqa: BLE001
+        free_memory()
+        return OOM if is_oom(e) else CRASH, describe(e)
+    problem = _structure(mine, ref.budget, out_dtypes(mine_args) if out_dtypes else {})
+    if problem:
+        return FAIL, problem
+    for i, (m, n, t) in enumerate(zip(mine, ref.budget, ref.truth)):
+        if isinstance(t, torch.Tensor) and t.is_floating_point():
+            fwd.setdefault(f"out{i}", Gauge()).update(m, n, t)
+        elif isinstance(t, torch.Tensor):
+            if not torch.equal(m.cpu(), t.cpu()):
+                return FAIL, f"out{i}: integer output differs"
+        elif m != t:
+            return FAIL, f"out{i}: {m!r} != {t!r}"
+    if not grad:
+        return None
+    try:
+        mine_idx = graded(mine)
+        if mine_idx != ref.idx:
+            return FAIL, f"outputs {ref.idx} need gradients, the candidate's graph covers {mine_idx}"
+        poison = [g for g in ref.g_budget.values() if g is not None]
+        with poisoned(poison) if trial < trials - 1 or trials == 1 else contextlib.nullcontext():
+            g_mine = _backward(mine, leaves_of(mine_args), ref.cots, ref.idx)
+    except Exception as e:  # noqa: BLE001
+        free_memory()
+        return OOM if is_oom(e) else CRASH, f"backward: {describe(e)}"
+    for name, t in ref.g_truth.items():
+        m, n = g_mine.get(name), ref.g_budget.get(name)
+        if t is None:
+            if m is not None and m.abs().sum().item() != 0:
+                return FAIL, f"grad {name}: unexpected nonzero gradient"
+            continue
+        if m is None:
+            return FAIL, f"grad {name}: missing"
+        if tuple(m.shape) != tuple(t.shape):
+            return FAIL, f"grad {name}: shape {list(m.shape)}, the reference {list(t.shape)}"
+        if n is None:
+            return ERROR, f"grad {name}: the native reference gives none"
+        bwd.setdefault(name, Gauge()).update(m, n, t)
+    return None
 
 
 def compare(mine: Callable, reference: Callable, inputs: dict, *, backward: bool = True, benchmark: bool = True,

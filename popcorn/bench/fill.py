@@ -13,19 +13,21 @@ import sys
 
 from popcorn.core.registry import Op
 
-from .runner import ProgressLine, Summary, run
+from .runner import run
 from .sinks import ShardSink, Sink, UserCacheSink  # noqa: F401 - ShardSink: the CLI's --out
+from .summary import ProgressLine, Summary
 from .tasks import CPU_BUDGET_BYTES, REFERENCE_TIMEOUT, device_bytes, plan_tasks, watchdog  # noqa: F401 - fill's limits
 
 
 def fill(ops: list[Op], *, backends: list[str] | None = None, limit: int | None = None, force: bool = False,
          timeout: float = 300.0, slice_spec: list[str] | None = None, trials: int = 10,
-         device: str | None = None, curves: bool = False, out=sys.stderr, sink: Sink | None = None) -> Summary:
+         device: str | None = None, curves: bool = False, out=sys.stderr, sink: Sink | None = None, workers: int | None = None) -> Summary:
     """Measure the plan of each op for the reference and every installed backend; returns the Summary.
 
     ``curves``: the named curves alone (a release fill). Pairs a static gate or forward-only flag
     excludes are counted as ``gated`` and never reach the worker. ``sink``: where rows go and what
-    counts as cached (default: the user cache)."""
+    counts as cached (default: the user cache). ``workers``: cases measured side by side (default:
+    :func:`default_workers` for the device)."""
     sink = sink or UserCacheSink()
     try:
         try:
@@ -34,8 +36,20 @@ def fill(ops: list[Op], *, backends: list[str] | None = None, limit: int | None 
         except KeyboardInterrupt:
             return Summary(interrupted=True)
         line = ProgressLine(out)
-        summary = run(tasks, sink, line)
+        summary = run(tasks, sink, line, workers=default_workers(device) if workers is None else workers)
         line.end()
         return summary
     finally:
         sink.close()
+
+
+def default_workers(device: str | None = None) -> int:
+    """Parallel workers for a fill on ``device``: on a GPU, one per two host cores (compiles and
+    correctness runs are host-bound), at most 8; on CPU one, as every worker's work would land on the
+    cores that also time."""
+    import os
+
+    import torch
+
+    cuda = (device or ("cuda" if torch.cuda.is_available() else "cpu")).startswith("cuda")
+    return max(1, min(8, (os.cpu_count() or 2) // 2)) if cuda else 1

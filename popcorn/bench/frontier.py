@@ -28,17 +28,22 @@ class Frontier:
     def _vector(case: Case) -> tuple[int, ...]:
         return tuple(case.dims[n] for n in sorted(case.dims)) + tuple(case.batch)
 
-    def add(self, case: Case, grad: bool, stratum: str) -> None:
+    def add(self, case: Case, grad: bool, stratum: str, order: int = -1) -> None:
+        """``order``: the exhausted task's place in the plan (a parallel fill finishes tasks out of plan
+        order; -1: known before the fill began, e.g. a cached row)."""
         points = self._points.setdefault(self._key(case, grad, stratum), [])
         vec = self._vector(case)
-        if any(all(a <= b for a, b in zip(p, vec)) for p in points):
-            return  # already dominated: not minimal
-        points[:] = [p for p in points if not all(a <= b for a, b in zip(vec, p))] + [vec]
+        if any(o <= order and all(a <= b for a, b in zip(p, vec)) for p, o in points):
+            return  # already dominated by an earlier point: not minimal
+        points[:] = [(p, o) for p, o in points if not (order <= o and all(a <= b for a, b in zip(vec, p)))]
+        points.append((vec, order))
 
-    def blocks(self, case: Case, grad: bool, stratum: str) -> bool:
+    def blocks(self, case: Case, grad: bool, stratum: str, before: int | None = None) -> bool:
+        """Whether an exhausted point the case dominates exists (``before``: only points earlier in the
+        plan than this, so a fill working in parallel prunes exactly what a serial one would)."""
         points = self._points.get(self._key(case, grad, stratum), ())
         vec = self._vector(case)
-        return any(all(a <= b for a, b in zip(p, vec)) for p in points)
+        return any((before is None or o < before) and all(a <= b for a, b in zip(p, vec)) for p, o in points)
 
     def __len__(self) -> int:
         return sum(len(p) for p in self._points.values())

@@ -1,209 +1,290 @@
-"""The fill runner: measure Tasks one by one in a supervised worker and write the rows to a sink.
+"""The fill runner: measure Tasks in supervised workers and write the rows to a sink.
 
-:func:`run` is what the CLI, a Dagster partition and the live server share. It feeds tasks to a
-long-lived worker process (:class:`popcorn.bench.worker.Worker`): a worker death costs one
-``crash`` row (from its sentinel), a hang one watchdog budget (a ``timeout`` row, then a fresh
-worker), a poisoned CUDA context a restart. A task an OOM/timeout frontier dominates is pruned as
-it is taken, so a frontier met during the run prunes the rest of its stratum. Rows reach the sink
-in small batches; Ctrl-C writes what was measured and stops.
+:func:`run` is what the CLI, a Dagster partition and the live server share. It feeds tasks to
+long-lived worker processes (:class:`popcorn.bench.worker.Worker`), one per slot, a case's backends
+to one worker: a worker death costs one ``crash`` row (from its sentinel), a hang one watchdog
+budget (a ``timeout`` row, then a fresh worker), a poisoned CUDA context a restart. With several
+slots, cases are measured side by side while timing keeps the device alone
+(:mod:`popcorn.bench.arbiter`). A task an OOM/timeout frontier dominates is pruned as it is taken,
+so a frontier met during the run prunes the rest of its stratum; a row measured beside an earlier
+case that could still run out waits for it, so parallel slots prune exactly what one slot would.
+Rows reach the sink in small batches; Ctrl-C writes what was measured and stops.
 """
 
 from __future__ import annotations
 
+import os
 import signal
-import sys
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Iterable
 
 import torch
 
 from popcorn.schema import REFERENCE, REFERENCE_TIMED  # the reference's timings, copied as ref_* onto rows
 
+from . import plan as planning
+from .arbiter import Arbiter
 from .frontier import Frontier
-from .record import OOM, STATUSES, TIMEOUT, Record
+from .record import OOM, TIMEOUT, Record
 from .sinks import Sink
+from .summary import Progress, Summary
 from .tasks import Skip, Task, Tasks
-from .worker import Worker, orphaned_sentinels, resolve_op, row_from
+from .worker import TRUTH_CACHE_BYTES, Worker, orphaned_sentinels, resolve_op, row_from
 
 IDLE_DEATHS = 3  # a worker that dies between cases is replaced; this many in a row ends the fill
+CONTEXT_BYTES = 2**30  # device memory a worker holds besides its case: CUDA context, allocator slack
 
-# progress(task, row, summary) after each task taken: ``row`` is the measured Record, None when pruned
-Progress = Callable[[Task, "Record | None", "Summary"], None]
+def run(tasks: Tasks | Iterable[Task], sink: Sink, progress: Progress | None = None, workers: int = 1) -> Summary:
+    """Measure ``tasks``, writing rows to ``sink``; returns the Summary (``interrupted`` after Ctrl-C).
 
-
-@dataclass
-class Summary:
-    counts: dict = field(default_factory=dict)  # (op, impl) -> {status|cached|pruned|gated: n}
-    totals: dict = field(default_factory=dict)  # op -> planned pairs (the progress line's denominator)
-    measured: int = 0
-    started: float = field(default_factory=time.monotonic)
-    interrupted: bool = False
-
-    def add(self, op: str, impl: str, what: str) -> None:
-        c = self.counts.setdefault((op, impl), {})
-        c[what] = c.get(what, 0) + 1
-        if what in STATUSES:
-            self.measured += 1
-
-    def done(self, op: str) -> dict:
-        """Pairs of ``op`` handled so far, by status or reason skipped."""
-        statuses: dict = {}
-        for (o, _), c in self.counts.items():
-            if o == op:
-                for k, v in c.items():
-                    statuses[k] = statuses.get(k, 0) + v
-        return statuses
-
-    def table(self) -> str:
-        cols = list(STATUSES) + ["cached", "pruned", "gated"]
-        width = max([len(f"{o} {i}") for o, i in self.counts] + [10])
-        lines = [f"{'op backend':<{width}}  " + " ".join(f"{c:>7}" for c in cols)]
-        for (o, i), c in self.counts.items():
-            lines.append(f"{o + ' ' + i:<{width}}  " + " ".join(f"{c.get(k, 0):>7}" for k in cols))
-        minutes = (time.monotonic() - self.started) / 60
-        rate = self.measured / minutes if minutes > 0 else 0.0
-        lines.append(f"{self.measured} case-backend pairs measured in {minutes * 60:.0f} s "
-                     f"({rate:.1f} per minute)" + ("; interrupted" if self.interrupted else ""))
-        return "\n".join(lines)
-
-
-class ProgressLine:
-    """The terminal progress: one line per op, rewritten after each measured pair, with an ETA."""
-
-    def __init__(self, out=sys.stderr):
-        self.out, self.op = out, None
-
-    def __call__(self, task: Task, row: Record | None, summary: Summary) -> None:
-        if row is None:
-            return  # a pruned pair: no line, as it costs no time
-        if self.op not in (None, task.op):
-            print(file=self.out)
-        self.op = task.op
-        statuses = summary.done(task.op)
-        elapsed = time.monotonic() - summary.started
-        rate = summary.measured / elapsed if elapsed else 0
-        done, total = sum(statuses.values()), summary.totals.get(task.op, 0)
-        eta = f"{(total - done) / rate:.0f}s" if rate and summary.measured else "?"
-        text = " ".join(f"{k}={v}" for k, v in sorted(statuses.items()))
-        print(f"\r{task.op}: {done}/{total} {text} ETA {eta}   ", end="", file=self.out, flush=True)
-
-    def end(self) -> None:
-        if self.op is not None:
-            print(file=self.out)
-
-
-def run(tasks: Tasks | Iterable[Task], sink: Sink, progress: Progress | None = None) -> Summary:
-    """Measure ``tasks`` in order, writing rows to ``sink``; returns the Summary (``interrupted`` after
-    Ctrl-C). The skipped pairs of a :class:`Tasks` are counted where the plan has them, and their cached
-    rows seed the frontiers and the reference times. Raises RuntimeError when the worker keeps dying
-    before taking a task."""
+    A case's backends go to one worker in plan order, so they share its inputs and reference trials.
+    ``workers`` > 1 measures that many cases side by side (:mod:`popcorn.bench.arbiter` keeps timing
+    alone on the device and shares out its memory); rows, frontiers and pruning are those of one
+    worker. The skipped pairs of a :class:`Tasks` are counted up front and their cached rows seed the
+    frontiers and the reference times. Raises RuntimeError when a worker keeps dying before taking a
+    task."""
     tasks = tasks if isinstance(tasks, Tasks) else Tasks(list(tasks))
-    runner = _Runner(sink, progress)
-    runner.begin(tasks)
+    runner = _Runner(sink, progress, max(1, workers), tasks)
     try:
-        for step in tasks.steps:
-            runner.take(step)
+        runner.go()
     except KeyboardInterrupt:
         runner.summary.interrupted = True
     finally:
         runner.finish()
+    if runner.error is not None:
+        raise runner.error
     return runner.summary
 
 
 class _Runner:
-    """The state of one run: the worker, the frontiers, the reference rows and the rows not yet written."""
+    """The state of one run: its slots (one worker each), the frontiers, the reference rows, the rows
+    waiting for earlier tasks that could prune them, and the rows not yet written."""
 
-    def __init__(self, sink: Sink, progress: Progress | None):
+    def __init__(self, sink: Sink, progress: Progress | None, workers: int, tasks: Tasks):
         self.sink, self.progress = sink, progress
-        self.summary = Summary()
-        self.worker: Worker | None = None
+        self.summary = Summary(workers=workers)
+        self.lock = threading.RLock()
         self.frontiers: dict[tuple, Frontier] = {}  # (op, impl) -> exhausted points
         self.refs: dict[tuple, Record] = {}  # (op, case_id, grad) -> the reference's row
         self.pending: list[Record] = orphaned_sentinels(sink.sentinels)
         self.last_write = time.monotonic()
-        self.op: str | None = None
+        self.unfinished: dict[int, Task] = {}  # plan order -> task of a group taken, not yet counted
+        self.held: dict[int, tuple[Task, Record]] = {}  # rows an unfinished earlier task could still prune
+        self.left: dict[str, int] = {}  # op -> tasks not yet counted (an op's rows are written when it ends)
+        self.groups = self.begin(tasks)
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+        self.arbiter = Arbiter(_device_memory(tasks, workers)) if workers > 1 else None
+        self.slots = [Slot(self, i) for i in range(workers)]
 
-    def begin(self, tasks: Tasks) -> None:
-        """Totals for the progress line; every cached row is known before the first task is taken."""
-        for step in tasks.steps:
+    def begin(self, tasks: Tasks) -> list[list[tuple[int, Task]]]:
+        """Count the skipped pairs, learn their cached rows, and group the tasks by case, in plan order."""
+        groups: dict[tuple, list] = {}
+        for order, step in enumerate(tasks.steps):
             task = step.task if isinstance(step, Skip) else step
             self.summary.totals[task.op] = self.summary.totals.get(task.op, 0) + 1
-            if isinstance(step, Skip) and step.row is not None:
-                self.learn(task, step.row)
+            if isinstance(step, Skip):
+                self.summary.add(task.op, task.impl, step.why)
+                if step.row is not None:
+                    self.learn(task, step.row, -1)
+            else:
+                groups.setdefault((task.op, task.case.case_id, task.grad, task.device), []).append((order, task))
+                self.left[task.op] = self.left.get(task.op, 0) + 1
+        return list(groups.values())
 
-    def learn(self, task: Task, row: Record) -> None:
-        """Remember a row's reference times and exhausted budget for the tasks still to come."""
-        if task.impl == REFERENCE:
-            self.refs[(task.op, task.case.case_id, task.grad)] = row
+    def go(self) -> None:
+        if len(self.slots) == 1:
+            self.slots[0].loop()
+            return
+        threads = [threading.Thread(target=slot.loop, name=f"fill-slot-{slot.index}", daemon=True)
+                   for slot in self.slots]
+        for t in threads:
+            t.start()
+        for t in threads:
+            while t.is_alive():
+                t.join(0.2)  # wakes for Ctrl-C
+
+    def next_group(self) -> list[tuple[int, Task]] | None:
+        with self.lock:
+            if self.stop.is_set() or not self.groups:
+                return None
+            group = self.groups.pop(0)
+            self.unfinished.update(group)
+            return group
+
+    def learn(self, task: Task, row: Record, order: int) -> None:
+        """Remember a row's exhausted budget for the tasks still to come."""
         if row.status in (OOM, TIMEOUT):
-            self.frontier(task.op, task.impl).add(task.case, task.grad, task.stratum)
+            self.frontier(task.op, task.impl).add(task.case, task.grad, task.stratum, order)
 
     def frontier(self, op: str, impl: str) -> Frontier:
         return self.frontiers.setdefault((op, impl), Frontier())
 
-    def pruned(self, task: Task) -> bool:
-        """Whether the reference's or this backend's frontier dominates the task's case."""
-        return any(self.frontier(task.op, impl).blocks(task.case, task.grad, task.stratum)
+    def pruned(self, order: int, task: Task) -> bool:
+        """Whether an exhausted point earlier in the plan, of the reference or this backend, dominates the
+        task's case."""
+        return any(self.frontier(task.op, impl).blocks(task.case, task.grad, task.stratum, before=order)
                    for impl in (REFERENCE, task.impl))
 
-    def take(self, step: Task | Skip) -> None:
-        if isinstance(step, Skip):  # counted where the plan has it, as the progress line reads
-            self.summary.add(step.task.op, step.task.impl, step.why)
-            return
-        if step.op != self.op:  # an op's rows are written when its last case is done
-            self.flush()
-            self.op = step.op
-        row = None
-        if self.pruned(step):
-            self.summary.add(step.op, step.impl, "pruned")
+    def could_prune(self, order: int, task: Task) -> bool:
+        """Whether an earlier task not yet counted could still prune ``task`` (were it to run out)."""
+        for o, t in self.unfinished.items():
+            if o < order and t.op == task.op and t.impl in (REFERENCE, task.impl):
+                probe = Frontier()
+                probe.add(t.case, t.grad, t.stratum)
+                if probe.blocks(task.case, task.grad, task.stratum):
+                    return True
+        return False
+
+    def done(self, order: int, task: Task, row: Record | None) -> None:
+        """A slot finished ``task`` (``row`` None: pruned when taken). Its row is counted now, or held
+        until every earlier task that could prune it is counted, as a serial fill would have it."""
+        with self.lock:
+            if self.stop.is_set() and row is None:
+                return
+            if row is not None and task.impl == REFERENCE:
+                self.refs[(task.op, task.case.case_id, task.grad)] = row
+            if row is not None and self.could_prune(order, task) and not self.stop.is_set():
+                self.held[order] = (task, row)
+                return
+            self.count(order, task, row)
+            for o in sorted(self.held):
+                if o in self.held and not self.could_prune(o, self.held[o][0]):
+                    self.count(o, *self.held.pop(o))
+
+    def count(self, order: int, task: Task, row: Record | None) -> None:
+        self.unfinished.pop(order, None)
+        self.left[task.op] -= 1
+        if row is not None and self.pruned(order, task):
+            row = None  # measured beside an earlier case that ran out: pruned, as a serial fill prunes it
+        if row is None:
+            self.summary.add(task.op, task.impl, "pruned")
         else:
-            row = self.keep(step, self.measure(step))
+            ref = self.refs.get((task.op, task.case.case_id, task.grad))
+            if task.impl != REFERENCE and ref is not None:
+                for k in REFERENCE_TIMED:
+                    setattr(row, f"ref_{k}", getattr(ref, k))
+            self.learn(task, row, order)
+            self.summary.add(task.op, task.impl, row.status)
+            self.pending.append(row)
         if self.progress is not None:
-            self.progress(step, row, self.summary)
-
-    def keep(self, task: Task, row: Record) -> Record:
-        """Complete a measured row with the reference's times on its case, learn from it, count it and
-        queue it for the sink."""
-        ref = self.refs.get((task.op, task.case.case_id, task.grad))
-        if task.impl != REFERENCE and ref is not None:
-            for k in REFERENCE_TIMED:
-                setattr(row, f"ref_{k}", getattr(ref, k))
-        self.learn(task, row)
-        self.summary.add(task.op, task.impl, row.status)
-        self.pending.append(row)
-        if time.monotonic() - self.last_write > self.sink.write_every_s:
+            self.progress(task, row, self.summary)
+        if not self.left[task.op] or time.monotonic() - self.last_write > self.sink.write_every_s:
             self.flush()
-        return row
 
-    def measure(self, task: Task) -> Record:
-        """The task's row; a worker that dies before taking the task is replaced, IDLE_DEATHS times."""
+    def flush(self) -> None:
+        with self.lock:
+            if self.pending:
+                self.sink.write(self.pending)
+                self.pending = []
+            self.last_write = time.monotonic()
+
+    def fail(self, error: BaseException) -> None:
+        with self.lock:
+            self.error = self.error or error
+            self.stop.set()
+
+    def finish(self) -> None:
+        # a second Ctrl-C (or a signal sent to the whole process group) must not cut the flush short
+        main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+        try:
+            interrupted = self.summary.interrupted or self.stop.is_set()
+            self.stop.set()
+            for slot in self.slots:
+                slot.stop_worker(kill=interrupted)
+            with self.lock:  # rows measured beside a task that never finished are evidence all the same
+                for o in sorted(self.held):
+                    task, row = self.held.pop(o)
+                    self.count(o, task, row)
+            self.flush()
+            if self.arbiter is not None:
+                self.summary.busy_s = self.arbiter.busy()
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
+
+
+def _device_memory(tasks: Tasks, workers: int) -> int | None:
+    """The device memory parallel cases may reserve: the device's, less room for each worker's context
+    and allocator; None on CPU (the host's memory is not arbitrated)."""
+    devices = {t.device for t in tasks.todo}
+    if len(devices) != 1 or not devices.pop().startswith("cuda") or not torch.cuda.is_available():
+        return None
+    total = torch.cuda.get_device_properties(torch.device(tasks.todo[0].device)).total_memory
+    return int(total * 0.9) - workers * CONTEXT_BYTES
+
+
+class Slot:
+    """One worker of a run and the case groups it measures, one after another."""
+
+    def __init__(self, runner: _Runner, index: int):
+        self.runner, self.index = runner, index
+        self.worker: Worker | None = None
+
+    def loop(self) -> None:
+        runner = self.runner
+        try:
+            while (group := runner.next_group()) is not None:
+                self.measure_group(group)
+        except BaseException as e:  # noqa: BLE001 - the main thread re-raises it after stopping the others
+            if threading.current_thread() is threading.main_thread():
+                raise
+            runner.fail(e)
+
+    def measure_group(self, group: list[tuple[int, Task]]) -> None:
+        runner, arbiter = self.runner, self.runner.arbiter
+        if arbiter is not None:
+            first = group[0][1]
+            arbiter.reserve(self.index, reservation(first))
+        try:
+            for order, task in group:
+                if runner.stop.is_set():
+                    return
+                with runner.lock:
+                    pruned = runner.pruned(order, task)
+                row = None if pruned else self.measure(task, last=order == group[-1][0])
+                if (row is not None and row.status == OOM and arbiter is not None
+                        and arbiter.others_reserved(self.index)):
+                    arbiter.reserve(self.index, 0, solo=True)  # other cases may have taken its memory
+                    row = self.measure(task, last=order == group[-1][0])
+                runner.done(order, task, row)
+        finally:
+            if arbiter is not None:
+                arbiter.unreserve(self.index)
+
+    def measure(self, task: Task, last: bool = False) -> Record:
+        """The task's row; a worker that dies before taking the task is replaced, IDLE_DEATHS times.
+        ``last``: the case's last backend (its worker then gives the case's memory back)."""
         for _ in range(IDLE_DEATHS):
-            row = self.attempt(task)
+            row = self.attempt(task, last)
             if row is not None:
                 return row
         raise RuntimeError(f"the fill worker died {IDLE_DEATHS} times before taking a task "
                            f"({task.op} {task.impl} {task.case.label}); is something killing it?")
 
-    def attempt(self, task: Task) -> Record | None:
-        """One try in the current worker (started if needed); None when it died without the task."""
+    def attempt(self, task: Task, last: bool = False) -> Record | None:
+        """One try in the slot's worker (started if needed); None when it died without the task."""
+        runner = self.runner
         if self.worker is not None and self.worker.device != task.device:
             self.stop_worker()
         if self.worker is None:
-            self.worker = Worker(torch.device(task.device), self.sink.sentinels)
+            workers = len(runner.slots)
+            threads = max(1, (os.cpu_count() or 2) // workers) if workers > 1 else None
+            self.worker = Worker(torch.device(task.device), runner.sink.sentinels, self.index, runner.arbiter,
+                                 threads)
         try:
-            row_dict, ok = self.worker.run(task.message(), task.budget_s)
+            row_dict, ok, phases = self.worker.run({**task.message(), "last": last}, task.budget_s)
         except TimeoutError:
-            self.worker.kill()
-            self.worker = None
+            self.stop_worker(kill=True)
             return self.failed(task, TIMEOUT, f"no result within {task.budget_s:.0f} s")
         except (EOFError, ConnectionError, OSError):
             row, self.worker = self.worker.death_row(), None
             return row
+        runner.summary.spent(phases)
         if not ok:  # the case left the CUDA context unusable: start afresh
-            self.worker.kill()
-            self.worker = None
+            self.stop_worker(kill=True)
         if "error" in row_dict:  # raised outside the harness's own handling
             return self.failed(task, OOM if row_dict.get("oom") else "error", f"worker: {row_dict['error']}")
         return Record.from_dict(row_dict)
@@ -212,24 +293,14 @@ class _Runner:
         op = resolve_op(task.message())
         return row_from(op, task.impl, task.case, task.grad, status, reason, torch.device(task.device))
 
-    def flush(self) -> None:
-        if self.pending:
-            self.sink.write(self.pending)
-            self.pending = []
-        self.last_write = time.monotonic()
-
-    def stop_worker(self) -> None:
+    def stop_worker(self, kill: bool = False) -> None:
         if self.worker is not None:
-            self.worker.close()
+            self.worker.kill() if kill else self.worker.close()
             self.worker = None
 
-    def finish(self) -> None:
-        # a second Ctrl-C (or a signal sent to the whole process group) must not cut the flush short
-        main = threading.current_thread() is threading.main_thread()
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
-        try:
-            self.flush()
-            self.stop_worker()
-        finally:
-            if previous is not None:
-                signal.signal(signal.SIGINT, previous)
+
+def reservation(task: Task) -> int:
+    """Device bytes a case group may hold: its correctness run plus the reference trials its worker keeps."""
+    op = resolve_op(task.message())
+    need = planning.footprint(op, task.case, task.grad)
+    return need * 3 // 2 + min(task.trials * need, TRUTH_CACHE_BYTES["cuda"])  # 1.5x: allocator slack

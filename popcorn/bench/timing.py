@@ -2,7 +2,9 @@
 
 CUDA: cold-L2 event timing (the L2 flush outside the timed region); when a call is too short
 for per-call events to see past launch overhead, CUDA-graph replay of many unrolled calls that
-rotate through enough input copies to defeat L2. CPU: a perf_counter loop. Peak memory comes
+rotate through enough input copies to defeat L2. Samples come in doubling batches until their
+20-80% spread settles within 2% of the median or the target time is spent (a settled median gains
+nothing from more). CPU: a perf_counter loop. Peak memory comes
 from one untimed call, so no timer buffer ever counts. Host wall time per call is measured
 without synchronizing: what a training loop pays on the CPU side.
 """
@@ -22,6 +24,20 @@ from .calls import cotangents, graded, leaves_of, outputs_of, prepare
 
 GRAPH_BELOW_MS = 1.0  # below this, per-call events carry launch gaps and L2 luck: replay graphs instead
 MIN_REPS, MAX_REPS = 10, 2000
+SETTLED = 0.02  # samples whose 20-80% spread is within 2% of their median have settled: more add nothing
+
+
+def sampled(batch: Callable[[int], list[float]], budget: int) -> list[float]:
+    """Samples from ``batch(n)`` in doubling batches, MIN_REPS first, until they settle (SETTLED) or the
+    ``budget`` of samples (what the target time allows) is spent."""
+    budget = max(MIN_REPS, budget)
+    samples = batch(min(2 * MIN_REPS, budget))
+    while len(samples) < budget:
+        median, q20, q80 = quantiles(samples)
+        if q80 - q20 <= SETTLED * median:
+            break
+        samples += batch(min(len(samples), budget - len(samples)))
+    return samples
 
 
 def quantiles(samples: list[float]) -> tuple[float, float, float]:
@@ -112,16 +128,19 @@ class CudaTimer:
             setup()
             call()
         reps = min(max(MIN_REPS, int(settings().bench_target_ms / max(est, 1e-3))), MAX_REPS)
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-        for s, e in zip(starts, ends):
-            setup()
-            self.flush.zero_()
-            s.record()
-            call()
-            e.record()
-        torch.cuda.synchronize(self.device)
-        return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+
+        def batch(n: int) -> list[float]:
+            starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+            ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+            for s, e in zip(starts, ends):
+                setup()
+                self.flush.zero_()
+                s.record()
+                call()
+                e.record()
+            torch.cuda.synchronize(self.device)
+            return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+        return sampled(batch, reps)
 
     def _estimate(self, call: Callable, setup: Callable) -> float:
         total = 0.0
@@ -156,15 +175,18 @@ class CudaTimer:
         g.replay()
         torch.cuda.synchronize(self.device)
         replays = min(max(MIN_REPS, int(settings().bench_target_ms / max(est_ms * per_graph, 1e-3))), 200)
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(replays)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(replays)]
-        for s, e in zip(starts, ends):
-            s.record()
-            g.replay()
-            e.record()
-        torch.cuda.synchronize(self.device)
-        samples = [s.elapsed_time(e) / per_graph for s, e in zip(starts, ends)]
-        del g
+
+        def batch(n: int) -> list[float]:
+            starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+            ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+            for s, e in zip(starts, ends):
+                s.record()
+                g.replay()
+                e.record()
+            torch.cuda.synchronize(self.device)
+            return [s.elapsed_time(e) / per_graph for s, e in zip(starts, ends)]
+        samples = sampled(batch, replays)
+        g.reset()  # its memory pool goes back before the next capture
         return samples
 
     def copies(self, arguments: dict) -> int:
@@ -214,19 +236,7 @@ def measure(fn: Callable, arguments: dict, grad: bool, device: torch.device) -> 
         out["step_mem_mb"] = peak_mb(step.step, device)
     timer_name = "cpu"
     if device.type == "cuda":
-        timer = CudaTimer(device)
-        samples = {"fwd": timer.events(step.forward)}
-        if grad:
-            setup, call = step.backward_pair()
-            samples["bwd"] = timer.events(call, setup)
-            samples["step"] = timer.events(step.step)
-        timer_name = "cuda-events"
-        if statistics.median(samples["fwd"]) < GRAPH_BELOW_MS:
-            try:
-                samples = _graph_samples(timer, fn, arguments, grad, samples)
-                timer_name = "cuda-graph"
-            except Exception:  # noqa: BLE001 - a kernel that syncs or allocates on the host cannot be captured
-                torch.cuda.synchronize(device)
+        samples, timer_name = _cuda_samples(CudaTimer(device), step, fn, arguments, grad)
     else:
         samples = {"fwd": time_cpu(step.forward)}
         if grad:
@@ -240,11 +250,24 @@ def measure(fn: Callable, arguments: dict, grad: bool, device: torch.device) -> 
     return out, timer_name
 
 
-def _graph_samples(timer: CudaTimer, fn, arguments: dict, grad: bool, event_samples: dict) -> dict:
-    """Graph replays for forward and step; backward keeps its event samples (each needs a fresh forward)."""
-    steps = [Step(fn, arguments, grad) for _ in range(timer.copies(arguments))]
-    samples = dict(event_samples)
-    samples["fwd"] = timer.graph([s.forward for s in steps], statistics.median(event_samples["fwd"]))
+def _cuda_samples(timer: CudaTimer, step: Step, fn, arguments: dict, grad: bool) -> tuple[dict, str]:
+    """Graph replays for a forward (and step) shorter than GRAPH_BELOW_MS, per-call events otherwise and
+    for the backward (each needs a fresh forward) and wherever a graph cannot be captured."""
+    samples = {}
     if grad:
-        samples["step"] = timer.graph([s.step for s in steps], statistics.median(event_samples["step"]))
-    return samples
+        setup, call = step.backward_pair()
+        samples["bwd"] = timer.events(call, setup)
+    est = timer._estimate(step.forward, _noop)
+    if est < GRAPH_BELOW_MS:
+        try:
+            steps = [Step(fn, arguments, grad) for _ in range(timer.copies(arguments))]
+            samples["fwd"] = timer.graph([s.forward for s in steps], est)
+            if grad:
+                samples["step"] = timer.graph([s.step for s in steps], timer._estimate(step.step, _noop))
+            return samples, "cuda-graph"
+        except Exception:  # noqa: BLE001 - a kernel that syncs or allocates on the host cannot be captured
+            torch.cuda.synchronize(timer.device)
+    samples["fwd"] = timer.events(step.forward)
+    if grad:
+        samples["step"] = timer.events(step.step)
+    return samples, "cuda-events"

@@ -68,6 +68,26 @@ def speedup(rows: list[Record]) -> float | None:
     return statistics.median(ratios) if ratios else None
 
 
+def current(records: list[Record], ops: dict, device: str | None = None) -> list[Record]:
+    """Rows of registered pairs measured against today's code (what decides a cell), of ``device`` when given."""
+    return [r for r in records if r.op in ops and is_current_for(r, ops[r.op]) and device in (None, r.device)]
+
+
+def published() -> list[Record]:
+    """The rows of the published report dispatch loads (``$POPCORN_REPORT``, else the bundled one);
+    none when nothing was published there yet."""
+    import pyarrow.parquet as pq
+
+    from popcorn.dispatch.table import load
+
+    from .record import from_arrow
+
+    table = load()
+    if table.store_version is None:
+        return []
+    return from_arrow(pq.read_table(table.source.replace("dispatch-v", "report-v").replace(".json", ".parquet")))
+
+
 def cell(op, impl: str, rows: list[Record]) -> Cell:
     if impl not in op.implementations:
         return Cell(UNREGISTERED)
@@ -91,7 +111,7 @@ def matrix(records: list[Record], ops: dict) -> Matrix:
     cols = columns(ops)
     cells = {(name, c): cell(ops[name], c, by_pair.get((name, c), [])) for name in sorted(ops) for c in cols}
     known = [r for r in records if r.op in ops and r.impl in ops[r.op].implementations]
-    return Matrix(sorted(ops), cols, cells, len(records), sum(1 for r in known if is_current_for(r, ops[r.op])),
+    return Matrix(sorted(ops), cols, cells, len(records), len(current(known, ops)),
                   len(records) - len(known), len({r.op for r in known}))
 
 

@@ -15,6 +15,7 @@ import importlib
 import json
 import multiprocessing as mp
 import os
+import signal
 import time
 import warnings
 from pathlib import Path
@@ -24,9 +25,13 @@ import torch
 from popcorn.core import Case
 from popcorn.core.inputs import make_inputs
 
+from popcorn.schema import REFERENCE
+
+from . import lane
 from .api import _record, run_case
-from .compare import Result, describe, is_oom
-from .record import CRASH, ERROR, SENTINEL_REASON, SKIP, Record
+from .compare import Result, Truth, describe, free_memory, is_oom, reference_trial
+from .record import CRASH, ERROR, OOM, SENTINEL_REASON, SKIP, Record
+from .timing import Step
 
 
 def resolve_op(task: dict):
@@ -44,39 +49,99 @@ def probe(device: torch.device) -> bool:
         return False
 
 
+TRUTH_CACHE_BYTES = {"cuda": 2**30, "cpu": 256 * 2**20}  # reference trials one worker keeps for a case
+
+
+class CaseCache:
+    """The case being measured: its first inputs and the reference's side of each trial, kept while
+    consecutive tasks measure the same case (the runner sends a case's backends to one worker), so
+    inputs, fp64 truth and the native budget are computed once per case, not once per backend."""
+
+    def __init__(self):
+        self.key, self.inputs, self.truths, self.nbytes = None, None, {}, 0
+
+    def enter(self, key) -> None:
+        if key != self.key or key is None:
+            had = self.key is not None
+            self.key, self.inputs, self.truths, self.nbytes = key, None, {}, 0
+            if had:
+                free_memory()
+
+    def truth(self, trial: int, frozen, compute) -> Truth:
+        got = self.truths.get((trial, frozen))
+        if got is None:
+            got = compute()
+            size = got.nbytes()
+            limit = TRUTH_CACHE_BYTES["cuda" if torch.cuda.is_available() else "cpu"]
+            if self.nbytes + size <= limit:  # larger cases compute their reference per backend, as before
+                self.truths[(trial, frozen)], self.nbytes = got, self.nbytes + size
+        return got
+
+
+_CACHE = CaseCache()
+
+
 def measure_task(task: dict, device: torch.device) -> dict:
     """Run one task: {"op", "module", "impl", "config", "grad", "trials"} -> a Record dict."""
     op = resolve_op(task)
     impl = op[task["impl"]]
     case = Case.from_config(task["config"])
     grad = task["grad"]
-    first = {}
+    _CACHE.enter((op.name, case.case_id, grad, str(device)))
 
     def draw(trial: int) -> dict:
         if trial == 0:
-            first.setdefault("args", make_inputs(op, case, seed=0, device=device))
-            return first["args"]
+            if _CACHE.inputs is None:
+                _CACHE.inputs = make_inputs(op, case, seed=0, device=device)
+            return _CACHE.inputs
         return make_inputs(op, case, seed=trial, device=device)
 
+    def truths(trial: int):
+        return _CACHE.truth(trial, impl.no_grad,
+                            lambda: reference_trial(op.reference, draw, trial, grad, impl.no_grad))
+
     try:
-        reason = impl.rejects(draw(0), grad)
+        with lane.phase("truth"):
+            reason = impl.rejects(draw(0), grad)
     except Exception as e:  # noqa: BLE001 - inputs that cannot be made are the harness's problem
-        return _record(op, impl, case, Result(ERROR, f"inputs: {describe(e)}", grad=grad), device, {}).to_dict()
+        result = Result(OOM if is_oom(e) else ERROR, f"inputs: {describe(e)}", grad=grad)
+        return _record(op, impl, case, result, device, {}).to_dict()
     if reason:
         result = Result(SKIP, reason, grad=grad)
     else:
-        result = run_case(op, impl, case, draw, grad, device, trials=task["trials"], timing=True)
+        if impl.name != REFERENCE:
+            warm_up(impl, draw(0), grad)
+        result = run_case(op, impl, case, draw, grad, device, trials=task["trials"], timing=True, truths=truths)
+    if task.get("last"):  # the case's memory goes back before the supervisor lends it to another case
+        _CACHE.enter(None)
     return _record(op, impl, case, result, device, {}).to_dict()
 
 
-def serve(conn, sentinel: str, device: str) -> None:
-    """Worker loop: receive tasks on ``conn`` until None; reply (record dict, device_ok)."""
+def warm_up(impl, inputs: dict, grad: bool) -> None:
+    """One step before the trials, outside the device lanes: compiling (inductor, a Triton JIT) is host
+    work that must not hold up another worker's timing. Its errors are the trials' to find and report."""
+    with lane.phase("warmup"):
+        try:
+            step = Step(lambda **a: impl.invoke(a), inputs, grad)
+            step.step() if grad else step.forward()
+        except Exception:  # noqa: BLE001
+            free_memory()
+
+
+def serve(conn, sentinel: str, device: str, lanes: bool = False, compile_threads: int | None = None) -> None:
+    """Worker loop: receive tasks on ``conn`` until None; reply (record dict, device_ok, phase seconds).
+    ``lanes``: hold the device's lanes through the supervisor (a parallel fill)."""
+    if compile_threads:  # workers compiling side by side share the host's cores
+        os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = str(compile_threads)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the supervisor's: it stops and kills workers
     dev = torch.device(device)
     # each distinct warning once per worker: inductor repeats its own on every compile and would
     # bury the progress bar
     warnings.simplefilter("once")
     import popcorn.kernels  # noqa: F401 - pay the imports before the first case's watchdog starts
 
+    if lanes:
+        lane.connect(conn)
     probe(dev)
     conn.send(("ready", os.getpid()))
     path = Path(sentinel)
@@ -85,27 +150,31 @@ def serve(conn, sentinel: str, device: str) -> None:
         if task is None:
             break
         path.write_text(json.dumps(task))
+        lane.take_clock()
         try:
             row = measure_task(task, dev)
         except BaseException as e:  # noqa: BLE001 - report, never die silently
             row = {"error": describe(e), "oom": is_oom(e)}
         ok = probe(dev)
         path.unlink(missing_ok=True)
-        conn.send((row, ok))
+        conn.send((row, ok, lane.take_clock()))
 
 
 # -- the supervisor's side -------------------------------------------------------------------------
 
 class Worker:
-    """One supervised worker process and its pipe."""
+    """One supervised worker process and its pipe. ``slot`` and ``arbiter``: the worker of a parallel
+    fill, whose lane requests the arbiter answers for that slot."""
 
-    def __init__(self, device: torch.device, sentinel_dir: Path):
+    def __init__(self, device: torch.device, sentinel_dir: Path, slot: int = 0, arbiter=None,
+                 compile_threads: int | None = None):
         ctx = mp.get_context("spawn")  # never fork a process that may hold a CUDA context
-        self.device = str(device)
+        self.device, self.slot, self.arbiter = str(device), slot, arbiter
         self.conn, child = ctx.Pipe()
         sentinel_dir.mkdir(parents=True, exist_ok=True)
         self.sentinel = sentinel_dir / f"sentinel-{os.getpid()}-{time.monotonic_ns()}.json"
-        self.proc = ctx.Process(target=serve, args=(child, str(self.sentinel), self.device), daemon=True)
+        self.proc = ctx.Process(target=serve, args=(child, str(self.sentinel), self.device, arbiter is not None,
+                                                    compile_threads), daemon=True)
         self.proc.start()
         child.close()
         if not self.conn.poll(600) or self.conn.recv()[0] != "ready":
@@ -113,11 +182,23 @@ class Worker:
             raise RuntimeError("the fill worker did not start within 600 s")
 
     def run(self, task: dict, timeout: float):
-        """(record dict, device ok) or raises TimeoutError / EOFError (worker died)."""
+        """(record dict, device ok, phase seconds) or raises TimeoutError / EOFError (worker died).
+        Time spent waiting for a lane is not the task's: the watchdog pauses meanwhile."""
         self.conn.send(task)
-        if not self.conn.poll(timeout):
-            raise TimeoutError
-        return self.conn.recv()
+        left = timeout
+        while True:
+            t0 = time.monotonic()
+            if not self.conn.poll(max(left, 0)):
+                raise TimeoutError
+            message = self.conn.recv()
+            left -= time.monotonic() - t0
+            if not (isinstance(message, tuple) and message and message[0] == "lane"):
+                return message
+            if message[1] == lane.RELEASE:
+                self.arbiter.release(self.slot)
+            else:
+                self.arbiter.acquire(self.slot, message[1])
+                self.conn.send("go")
 
     def death_row(self) -> Record | None:
         """The crash row for the case named by the dead worker's sentinel; None when it died between
@@ -134,6 +215,8 @@ class Worker:
             self.proc.kill()
         self.proc.join(10)
         self.sentinel.unlink(missing_ok=True)
+        if self.arbiter is not None:
+            self.arbiter.drop(self.slot)
 
     def close(self) -> None:
         try:

@@ -30,6 +30,20 @@ def on_cuda(**arguments) -> bool:
     return bool(tensors) and all(t.is_cuda for t in tensors)
 
 
+def on_cuda_rows(tensor: str, *, max_elements: int | None = None, max_bytes: int | None = None):
+    """``on_cuda``, and the last dim of argument ``tensor`` fits one row of a kernel that holds a whole row
+    in one Triton block: at most ``max_elements`` elements or ``max_bytes`` bytes (liger's and fla's
+    row kernels refuse larger rows at launch)."""
+    def predicate(**arguments) -> bool:
+        if not on_cuda(**arguments):
+            return False
+        t = arguments[tensor]
+        n = t.shape[-1] if t.dim() else 1
+        return (max_elements is None or n <= max_elements) and (max_bytes is None or n * t.element_size() <= max_bytes)
+    predicate.__name__ = predicate.__qualname__ = f"on_cuda_rows_{tensor}"
+    return predicate
+
+
 @functools.cache
 def _capability(index: int) -> tuple[int, int]:
     return torch.cuda.get_device_capability(index)

@@ -51,3 +51,46 @@ def toy_oom(x, alpha):
 
 # admits alpha=3.0 only: every planned case (alpha=2.0) is gated at plan time
 toy_scale.register("toy:gated", lambda x, alpha: x * alpha, gates={"alpha": (3.0,)})
+
+
+@toy_scale.register("toy:die_together")
+def toy_die_together(x, alpha):
+    """Dies at the two sizes in TOY_DIE_TOGETHER, each only once both have arrived (a parallel fill's two
+    workers die at once)."""
+    sizes = [int(n) for n in os.environ.get("TOY_DIE_TOGETHER", "17,21").split(",")]
+    if x.shape[-1] in sizes:
+        meet = os.environ["TOY_MEET_DIR"]
+        open(os.path.join(meet, f"{x.shape[-1]}"), "w").close()
+        deadline = time.monotonic() + 60
+        while len(os.listdir(meet)) < len(sizes) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGKILL)
+    return x * alpha
+
+
+@toy_scale.register("toy:lanes")
+def toy_lanes(x, alpha):
+    """Logs (pid, lane held, start, end) of each call to TOY_LANE_LOG: which device lane the call ran in."""
+    from popcorn.bench import lane
+
+    t0 = time.monotonic()
+    time.sleep(0.02 if lane.held == lane.SHARED else 0.0005)  # trials long enough to overlap timing, were lanes not kept
+    with open(os.environ["TOY_LANE_LOG"], "a") as f:
+        f.write(f"{os.getpid()} {lane.held} {t0} {time.monotonic()}\n")
+    return x * alpha
+
+
+@register_kernel(compile=False)
+def toy_counted(x: Float["... hidden"]) -> Float["... hidden"]:
+    """Doubles; each fp64 call (the truth) appends a line to TOY_TRUTH_LOG.
+
+    $$y = 2x$$
+    """
+    if x.dtype == torch.float64 and os.environ.get("TOY_TRUTH_LOG"):
+        with open(os.environ["TOY_TRUTH_LOG"], "a") as f:
+            f.write(f"{x.shape[-1]}\n")
+    return 2 * x
+
+
+toy_counted.register("toy:one", lambda x: x * 2)
+toy_counted.register("toy:two", lambda x: x + x)

@@ -30,8 +30,13 @@ def run(backends, **kw):
     return fill([fill_ops.toy_scale], backends=backends, slice_spec=SLICE, device="cpu", **kw)
 
 
-def test_a_killed_worker_costs_exactly_one_crash_row_and_the_fill_finishes():
-    summary = run(["toy:die"])
+# the fault guarantees hold for one worker and for several measuring side by side
+workers = pytest.mark.parametrize("workers", [1, 3], ids=["serial", "parallel"])
+
+
+@workers
+def test_a_killed_worker_costs_exactly_one_crash_row_and_the_fill_finishes(workers):
+    summary = run(["toy:die"], workers=workers)
     died = rows("toy:die")
     crashes = [r for r in died if r.status == "crash"]
     assert len(crashes) == 1
@@ -41,10 +46,11 @@ def test_a_killed_worker_costs_exactly_one_crash_row_and_the_fill_finishes():
     assert summary.counts[("toy_scale", "toy:die")]["crash"] == 1
 
 
-def test_a_hang_costs_one_timeout_row_and_prunes_larger_cases():
+@workers
+def test_a_hang_costs_one_timeout_row_and_prunes_larger_cases(workers):
     # a watchdog of 20 s: a toy case takes milliseconds, so even a loaded 2-core machine never
     # comes near it, while the hang (an hour) always does
-    summary = run(["toy:hang"], timeout=20)
+    summary = run(["toy:hang"], timeout=20, workers=workers)
     hung = rows("toy:hang")
     assert [r.status for r in hung].count("timeout") == 1
     timeout = next(r for r in hung if r.status == "timeout")
@@ -56,21 +62,23 @@ def test_a_hang_costs_one_timeout_row_and_prunes_larger_cases():
                for r in hung if r.status == "pass")
 
 
-def test_oom_frontier_prunes_only_dominated_cases():
-    summary = run(["toy:oom"])
+@workers
+def test_oom_frontier_prunes_only_dominated_cases(workers):
+    summary = run(["toy:oom"], workers=workers)
     ooms = [r for r in rows("toy:oom") if r.status == "oom"]
     assert len(ooms) == 1 and '"hidden": 64' in ooms[0].config  # the first size at or past 64, then pruned
     assert summary.counts[("toy_scale", "toy:oom")]["pruned"] > 0
     assert summary.counts[("toy_scale", "torch")].get("pruned", 0) == 0  # the reference runs every case
 
 
-def test_rerun_measures_nothing_and_force_remeasures():
-    first = run(["toy:good"])
+@workers
+def test_rerun_measures_nothing_and_force_remeasures(workers):
+    first = run(["toy:good"], workers=workers)
     assert first.measured > 0
-    again = run(["toy:good"])
+    again = run(["toy:good"], workers=workers)
     assert again.measured == 0
     assert again.counts[("toy_scale", "toy:good")]["cached"] == first.counts[("toy_scale", "toy:good")]["pass"]
-    forced = run(["toy:good"], force=True)
+    forced = run(["toy:good"], force=True, workers=workers)
     assert forced.measured == first.measured
 
 

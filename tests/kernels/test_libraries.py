@@ -170,6 +170,21 @@ def test_predicates_on_sizes(cuda):
     assert OPS["attn_varlen"]["fla"].predicate is attn
 
 
+def test_row_kernels_declare_their_row_limits(cuda):
+    """liger's row kernels (calculate_settings) take rows of at most 64K elements, fla's layer-norm
+    kernels rows of at most 64 KB: larger rows run another backend rather than fail at launch."""
+    meta = dict(device="meta")
+    for name in ("rms_norm", "add_rms_norm", "layer_norm", "softmax"):
+        liger = OPS[name]["liger"].predicate
+        assert liger(x=torch.empty(2, 65536, **meta)) is True, name
+        assert liger(x=torch.empty(2, 65537, dtype=torch.bfloat16, **meta)) is False, name
+    for name in ("rms_norm", "add_rms_norm", "layer_norm", "l2_norm"):
+        fla = OPS[name]["fla"].predicate
+        assert fla(x=torch.empty(2, 32768, dtype=torch.bfloat16, **meta)) is True, name
+        assert fla(x=torch.empty(2, 32768, dtype=torch.float32, **meta)) is False, name  # 128 KB
+        assert fla(x=torch.empty(2, 16384, dtype=torch.float32, **meta)) is True, name
+
+
 def test_quack_needs_hopper_and_whole_vectors(cuda, monkeypatch):
     from popcorn.core import devices
 

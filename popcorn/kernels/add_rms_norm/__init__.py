@@ -4,7 +4,7 @@ import torch
 
 from popcorn.core import HALF, Float, dtypes, register_kernel
 from popcorn.core.numerics import upcast
-from popcorn.core.devices import on_cuda
+from popcorn.core.devices import on_cuda_rows
 
 from ..rms_norm import quack_fits
 
@@ -29,7 +29,9 @@ def add_rms_norm(
 
 
 # -- backends: adapters beside this file, imported on first use ------------------------------------
-add_rms_norm.register("liger", source="popcorn.kernels.add_rms_norm.liger:add_rms_norm", predicate=on_cuda)
-add_rms_norm.register("fla", source="popcorn.kernels.add_rms_norm.fla:add_rms_norm", predicate=on_cuda)
+add_rms_norm.register("liger", source="popcorn.kernels.add_rms_norm.liger:add_rms_norm",
+                      predicate=on_cuda_rows("x", max_elements=65536))  # a row in one Triton block: 64K elements
+add_rms_norm.register("fla", source="popcorn.kernels.add_rms_norm.fla:add_rms_norm",
+                      predicate=on_cuda_rows("x", max_bytes=65536))  # a row in one Triton block: 64 KB
 add_rms_norm.register("quack", source="popcorn.kernels.add_rms_norm.quack:add_rms_norm", predicate=quack_fits,
                       gates={"x": dtypes(*HALF, torch.float32)})

@@ -4,7 +4,7 @@ import torch
 
 from popcorn.core import Float, register_kernel
 from popcorn.core.numerics import upcast
-from popcorn.core.devices import on_cuda
+from popcorn.core.devices import on_cuda_rows
 
 
 @register_kernel(batch="token_rows", args={"eps": [1e-6, 1e-5]}, tags=("normalization",))
@@ -24,4 +24,5 @@ def l2_norm(
 
 
 # -- backends: adapters beside this file, imported on first use ------------------------------------
-l2_norm.register("fla", source="popcorn.kernels.l2_norm.fla:l2_norm", predicate=on_cuda)
+l2_norm.register("fla", source="popcorn.kernels.l2_norm.fla:l2_norm",
+                 predicate=on_cuda_rows("x", max_bytes=65536))  # a row in one Triton block: 64 KB

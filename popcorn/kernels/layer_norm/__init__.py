@@ -4,7 +4,7 @@ import torch
 
 from popcorn.core import Float, register_kernel
 from popcorn.core.numerics import upcast
-from popcorn.core.devices import on_cuda
+from popcorn.core.devices import on_cuda_rows
 
 
 @register_kernel(batch="token_rows", args={"eps": [1e-5, 1e-6]}, tags=("normalization",))
@@ -31,5 +31,7 @@ def layer_norm(
 
 
 # -- backends: adapters beside this file, imported on first use ------------------------------------
-layer_norm.register("liger", source="popcorn.kernels.layer_norm.liger:layer_norm", predicate=on_cuda)
-layer_norm.register("fla", source="popcorn.kernels.layer_norm.fla:layer_norm", predicate=on_cuda)
+layer_norm.register("liger", source="popcorn.kernels.layer_norm.liger:layer_norm",
+                    predicate=on_cuda_rows("x", max_elements=65536))  # a row in one Triton block: 64K elements
+layer_norm.register("fla", source="popcorn.kernels.layer_norm.fla:layer_norm",
+                    predicate=on_cuda_rows("x", max_bytes=65536))  # a row in one Triton block: 64 KB

@@ -4,7 +4,7 @@ import torch
 
 from popcorn.core import HALF, Float, dtypes, register_kernel
 from popcorn.core.numerics import upcast
-from popcorn.core.devices import on_cuda, on_sm90
+from popcorn.core.devices import on_cuda_rows, on_sm90
 
 
 @register_kernel(batch="token_rows", args={"eps": [1e-6, 1e-5]}, tags=("normalization",))
@@ -25,8 +25,10 @@ def rms_norm(
 
 
 # -- backends: adapters beside this file, imported on first use ------------------------------------
-rms_norm.register("liger", source="popcorn.kernels.rms_norm.liger:rms_norm", predicate=on_cuda)
-rms_norm.register("fla", source="popcorn.kernels.rms_norm.fla:rms_norm", predicate=on_cuda)
+rms_norm.register("liger", source="popcorn.kernels.rms_norm.liger:rms_norm",
+                  predicate=on_cuda_rows("x", max_elements=65536))  # a row in one Triton block: 64K elements
+rms_norm.register("fla", source="popcorn.kernels.rms_norm.fla:rms_norm",
+                  predicate=on_cuda_rows("x", max_bytes=65536))  # a row in one Triton block: 64 KB
 
 
 def quack_fits(**arguments) -> bool:

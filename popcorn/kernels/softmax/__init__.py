@@ -4,7 +4,7 @@ import torch
 
 from popcorn.core import HALF, Float, dtypes, register_kernel
 from popcorn.core.numerics import upcast
-from popcorn.core.devices import on_cuda, on_sm90
+from popcorn.core.devices import on_cuda, on_cuda_rows, on_sm90
 
 
 @register_kernel(batch="token_rows", tags=("reduction",))
@@ -17,7 +17,8 @@ def softmax(x: Float["... vocab"]) -> Float["... vocab"]:
 
 
 # -- backends: adapters beside this file, imported on first use ------------------------------------
-softmax.register("liger", source="popcorn.kernels.softmax.liger:softmax", predicate=on_cuda)
+softmax.register("liger", source="popcorn.kernels.softmax.liger:softmax",
+                 predicate=on_cuda_rows("x", max_elements=65536))  # a row in one Triton block: 64K elements
 
 
 def fla_row_fits(**arguments) -> bool:

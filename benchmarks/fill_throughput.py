@@ -1,0 +1,131 @@
+"""Fill throughput, serial against parallel, and whether parallel timings agree with serial ones.
+
+    python benchmarks/fill_throughput.py rms_norm softmax cross_entropy --limit 100 --workers 8 \
+        --agree-limit 5
+
+1. The throughput run: a fresh fill of OPS (``--limit`` cases per op, every installed backend) with
+   ``--workers`` workers: pairs per minute, the timing lane's busy fraction (the device timing /
+   wall) and worker seconds by phase.
+2. The agreement check, on the ``--agree-limit`` sample: a serial fill, a second serial fill (the
+   run-to-run spread) and a parallel fill of the same cases. Per pair timed in all three, the ratio of
+   each run's forward (and step) median to the first serial run's; parallel timings agree when their
+   ratios spread no wider than the serial repeat's.
+
+Every fill writes to a fresh shard directory (nothing cached). Prints tables; ``--json`` keeps them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from popcorn.bench import store  # noqa: E402
+from popcorn.bench.fill import fill  # noqa: E402
+from popcorn.bench.sinks import ShardSink  # noqa: E402
+from popcorn.kernels import OPS  # noqa: E402
+
+
+class Quiet:
+    def write(self, text):
+        return len(text)
+
+    def flush(self):
+        pass
+
+
+def one_fill(ops, limit: int, workers: int, trials: int, root: Path, label: str) -> dict:
+    out = root / label
+    t0 = time.monotonic()
+    summary = fill([OPS[o] for o in ops], limit=limit, trials=trials, sink=ShardSink(out), workers=workers,
+                   out=Quiet())
+    wall = time.monotonic() - t0
+    rows = [r for f in store.jsonl_files([out]) for r in store.read_file(f)]
+    b = summary.breakdown()
+    by_status: dict = {}
+    for r in rows:
+        by_status[r.status] = by_status.get(r.status, 0) + 1
+    return {"label": label, "workers": workers, "pairs": summary.measured, "wall_s": round(wall, 1),
+            "pairs_per_min": round(summary.measured / (wall / 60), 1), "busy_fraction": round(b["busy_fraction"], 3),
+            "phases_s": {k: round(v, 1) for k, v in b["phases"].items()}, "by_status": by_status,
+            "rows": {(r.op, r.impl, r.case_id, r.grad): r for r in rows}}
+
+
+def ratios(base: dict, other: dict, column: str) -> list[float]:
+    out = []
+    for key, r in base.items():
+        o = other.get(key)
+        a, b = getattr(r, column, None), getattr(o, column, None) if o is not None else None
+        if a and b and r.status == o.status == "pass":
+            out.append(b / a)
+    return out
+
+
+def spread(rs: list[float]) -> dict:
+    if not rs:
+        return {"n": 0}
+    logs = sorted(abs(math.log(r)) for r in rs)
+    q = statistics.quantiles(rs, n=10, method="inclusive") if len(rs) > 1 else [rs[0]] * 9
+    return {"n": len(rs), "median": round(statistics.median(rs), 4), "q10": round(q[0], 4), "q90": round(q[8], 4),
+            "median_abs_log": round(statistics.median(logs), 4), "p90_abs_log": round(logs[max(0, math.ceil(0.9 * len(logs)) - 1)], 4)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("ops", nargs="+")
+    ap.add_argument("--limit", type=int, default=100)
+    ap.add_argument("--workers", type=int, default=8)
+    ap.add_argument("--agree-limit", type=int, default=5, help="cases per op of the agreement check (0: skip)")
+    ap.add_argument("--trials", type=int, default=10)
+    ap.add_argument("--skip-throughput", action="store_true")
+    ap.add_argument("--json", type=Path, help="write the results here")
+    ap.add_argument("--keep", type=Path, help="copy the throughput run's shards (<op>.jsonl) here: evidence to merge")
+    args = ap.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="popcorn-throughput-"))
+    runs = []
+    agreement = {}
+    if args.agree_limit:
+        a = one_fill(args.ops, args.agree_limit, 1, args.trials, root, "serial-a")
+        b = one_fill(args.ops, args.agree_limit, 1, args.trials, root, "serial-b")
+        p = one_fill(args.ops, args.agree_limit, args.workers, args.trials, root, f"agree-parallel-{args.workers}")
+        runs += [a, b, p]
+        for column in ("fwd_ms", "step_ms", "host_us"):
+            agreement[column] = {"serial repeat / serial": spread(ratios(a["rows"], b["rows"], column)),
+                                 "parallel / serial": spread(ratios(a["rows"], p["rows"], column))}
+    if not args.skip_throughput:
+        runs.insert(0, one_fill(args.ops, args.limit, args.workers, args.trials, root, f"parallel-{args.workers}"))
+        if args.keep:
+            args.keep.mkdir(parents=True, exist_ok=True)
+            for f in store.jsonl_files([root / runs[0]["label"]]):
+                shutil.copy(f, args.keep / f.name)
+    print(f"{'run':<22} {'workers':>7} {'pairs':>6} {'wall s':>7} {'pairs/min':>9} {'busy':>5}  phases (worker s)")
+    for r in runs:
+        phases = " ".join(f"{k}={v:.0f}" for k, v in r["phases_s"].items())
+        print(f"{r['label']:<22} {r['workers']:>7} {r['pairs']:>6} {r['wall_s']:>7.0f} {r['pairs_per_min']:>9.1f} "
+              f"{r['busy_fraction']:>5.0%}  {phases}")
+        print(f"{'':<22} rows by status: {r['by_status']}")
+    for column, sides in agreement.items():
+        print(f"\n{column}: ratio to the first serial run, per pair timed in every run")
+        for name, s in sides.items():
+            print(f"  {name:<24} {s}")
+        rep, par = sides["serial repeat / serial"], sides["parallel / serial"]
+        if rep.get("n") and par.get("n"):
+            ok = par["median_abs_log"] <= max(rep["p90_abs_log"], 0.02) and rep["q10"] * 0.98 <= par["median"] <= rep["q90"] * 1.02
+            print(f"  parallel agrees with serial within the run-to-run spread: {'yes' if ok else 'NO'}")
+    if args.json:
+        for r in runs:
+            r.pop("rows")
+        args.json.write_text(json.dumps({"runs": runs, "agreement": agreement}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

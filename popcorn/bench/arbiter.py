@@ -1,0 +1,104 @@
+"""The supervisor's side of the device lanes (:mod:`popcorn.bench.lane`) and of device memory.
+
+:class:`Arbiter` grants holds to the workers of a parallel fill, one slot per worker: any number
+of shared holds (correctness trials) at once, or one exclusive hold (timing) with nothing else on
+the device. A waiting exclusive hold stops new shared ones, so timing never starves behind a
+stream of trials. Holds belong to a slot, so a worker that dies or is killed mid-hold frees them
+(:meth:`Arbiter.drop`). The arbiter also hands out device memory by reservation: a case group
+reserves its correctness footprint before its worker starts, so parallel cases never run a device
+out of memory that one case alone would fit in. It keeps the seconds the exclusive lane was held:
+the fill's GPU busy time.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from .lane import EXCLUSIVE, SHARED
+
+
+class Arbiter:
+    def __init__(self, memory_bytes: int | None = None):
+        self._cv = threading.Condition()
+        self._shared: dict[int, int] = {}  # slot -> shared holds
+        self._exclusive: int | None = None  # the slot holding the exclusive lane
+        self._exclusive_waiting = 0
+        self._since = 0.0
+        self.busy_s = 0.0  # seconds the exclusive lane was held
+        self.memory = memory_bytes  # None: memory is not arbitrated (CPU)
+        self._reserved: dict[int, int] = {}  # slot -> bytes
+        self._queue: list = []  # reservations waiting, in the order asked
+
+    # -- lanes -----------------------------------------------------------------------------------
+    def acquire(self, slot: int, kind: str) -> None:
+        with self._cv:
+            if kind == SHARED:
+                self._cv.wait_for(lambda: self._exclusive is None and not self._exclusive_waiting)
+                self._shared[slot] = self._shared.get(slot, 0) + 1
+            elif kind == EXCLUSIVE:
+                self._exclusive_waiting += 1
+                try:
+                    self._cv.wait_for(lambda: self._exclusive is None
+                                      and not any(n for s, n in self._shared.items() if s != slot))
+                finally:
+                    self._exclusive_waiting -= 1
+                self._exclusive, self._since = slot, time.monotonic()
+            else:
+                raise ValueError(f"unknown lane {kind!r}")
+
+    def release(self, slot: int) -> None:
+        """Release the slot's most recent hold (exclusive first: a worker times with no trial open)."""
+        with self._cv:
+            if self._exclusive == slot:
+                self._end_exclusive()
+            elif self._shared.get(slot):
+                self._shared[slot] -= 1
+            self._cv.notify_all()
+
+    def _end_exclusive(self) -> None:
+        self.busy_s += time.monotonic() - self._since
+        self._exclusive = None
+
+    # -- memory ----------------------------------------------------------------------------------
+    def reserve(self, slot: int, nbytes: int, solo: bool = False) -> None:
+        """Reserve ``nbytes`` of device memory for the slot's case (``solo``: the whole device, e.g. to
+        retry an OOM that other cases may have caused); blocks until it is free. Reservations are
+        granted in the order asked, so a large case is never overtaken by a stream of small ones."""
+        if self.memory is None:
+            return
+        with self._cv:
+            want = self.memory if solo else min(nbytes, self.memory)
+            ticket = object()
+            self._queue.append(ticket)
+            try:
+                self._cv.wait_for(lambda: self._queue[0] is ticket
+                                  and sum(b for s, b in self._reserved.items() if s != slot) + want <= self.memory)
+            finally:
+                self._queue.remove(ticket)
+                self._cv.notify_all()
+            self._reserved[slot] = want
+
+    def unreserve(self, slot: int) -> None:
+        with self._cv:
+            self._reserved.pop(slot, None)
+            self._cv.notify_all()
+
+    def others_reserved(self, slot: int) -> bool:
+        with self._cv:
+            return any(b for s, b in self._reserved.items() if s != slot)
+
+    # -- a worker gone ---------------------------------------------------------------------------
+    def drop(self, slot: int) -> None:
+        """Free every lane the slot's worker held (it died or was killed); its memory stays reserved
+        until the slot unreserves, as the case is still its own."""
+        with self._cv:
+            if self._exclusive == slot:
+                self._end_exclusive()
+            self._shared.pop(slot, None)
+            self._cv.notify_all()
+
+    def busy(self) -> float:
+        """Seconds the exclusive lane has been held so far, including a hold in progress."""
+        with self._cv:
+            return self.busy_s + (time.monotonic() - self._since if self._exclusive is not None else 0.0)

@@ -1,0 +1,110 @@
+"""What a fill did: pairs by status per (op, backend), pace, and where the wall time went.
+
+The workers report, per task, the seconds each phase took (:mod:`popcorn.bench.lane`): ``warmup``
+(the first call: compiles, autotuning), ``truth`` (inputs and the reference's fp64 and native
+runs), ``trials`` (the candidate's correctness runs), ``timing`` (the device held alone) and
+``wait`` (for a lane). The timing lane's busy fraction is the share of wall time the device spent
+timing: the next bottleneck is whatever the rest of the time went to.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable
+
+from .record import STATUSES, Record
+
+if TYPE_CHECKING:
+    from .tasks import Task
+
+PHASES = ("warmup", "truth", "trials", "timing", "wait")
+
+# progress(task, row, summary) after each task taken: ``row`` is the measured Record, None when pruned
+Progress = Callable[["Task", "Record | None", "Summary"], None]
+
+
+@dataclass
+class Summary:
+    counts: dict = field(default_factory=dict)  # (op, impl) -> {status|cached|pruned|gated: n}
+    totals: dict = field(default_factory=dict)  # op -> planned pairs (the progress line's denominator)
+    measured: int = 0
+    started: float = field(default_factory=time.monotonic)
+    interrupted: bool = False
+    workers: int = 1
+    phases: dict = field(default_factory=dict)  # phase -> worker seconds
+    busy_s: float | None = None  # seconds the timing lane held the device (parallel fills)
+
+    def spent(self, phases: dict) -> None:
+        for k, v in phases.items():
+            self.phases[k] = self.phases.get(k, 0.0) + v
+
+    def breakdown(self) -> dict:
+        """Wall seconds, pairs per minute, the timing lane's busy fraction and worker seconds by phase
+        (``other``: worker starts, the pipe, idle slots)."""
+        wall = time.monotonic() - self.started
+        busy = self.busy_s if self.busy_s is not None else self.phases.get("timing", 0.0)
+        phases = {k: self.phases.get(k, 0.0) for k in PHASES}
+        phases["other"] = max(0.0, self.workers * wall - sum(phases.values()))
+        return {"wall_s": wall, "pairs_per_min": self.measured / (wall / 60) if wall > 0 else 0.0,
+                "busy_s": busy, "busy_fraction": busy / wall if wall > 0 else 0.0, "workers": self.workers,
+                "phases": phases}
+
+    def add(self, op: str, impl: str, what: str) -> None:
+        c = self.counts.setdefault((op, impl), {})
+        c[what] = c.get(what, 0) + 1
+        if what in STATUSES:
+            self.measured += 1
+
+    def done(self, op: str) -> dict:
+        """Pairs of ``op`` handled so far, by status or reason skipped."""
+        statuses: dict = {}
+        for (o, _), c in self.counts.items():
+            if o == op:
+                for k, v in c.items():
+                    statuses[k] = statuses.get(k, 0) + v
+        return statuses
+
+    def table(self) -> str:
+        cols = list(STATUSES) + ["cached", "pruned", "gated"]
+        width = max([len(f"{o} {i}") for o, i in self.counts] + [10])
+        lines = [f"{'op backend':<{width}}  " + " ".join(f"{c:>7}" for c in cols)]
+        for (o, i), c in self.counts.items():
+            lines.append(f"{o + ' ' + i:<{width}}  " + " ".join(f"{c.get(k, 0):>7}" for k in cols))
+        minutes = (time.monotonic() - self.started) / 60
+        rate = self.measured / minutes if minutes > 0 else 0.0
+        lines.append(f"{self.measured} case-backend pairs measured in {minutes * 60:.0f} s "
+                     f"({rate:.1f} per minute)" + ("; interrupted" if self.interrupted else ""))
+        if self.measured:
+            b = self.breakdown()
+            total = b["workers"] * b["wall_s"]
+            parts = ", ".join(f"{k} {v:.0f} s ({v / total:.0%})" for k, v in b["phases"].items())
+            lines.append(f"timing lane busy {b['busy_fraction']:.0%} of the wall time; {b['workers']} worker(s) "
+                         f"spent {total:.0f} s: {parts}")
+        return "\n".join(lines)
+
+
+class ProgressLine:
+    """The terminal progress: one line per op, rewritten after each measured pair, with an ETA."""
+
+    def __init__(self, out=sys.stderr):
+        self.out, self.op = out, None
+
+    def __call__(self, task: Task, row: Record | None, summary: Summary) -> None:
+        if row is None:
+            return  # a pruned pair: no line, as it costs no time
+        if self.op not in (None, task.op):
+            print(file=self.out)
+        self.op = task.op
+        statuses = summary.done(task.op)
+        elapsed = time.monotonic() - summary.started
+        rate = summary.measured / elapsed if elapsed else 0
+        done, total = sum(statuses.values()), summary.totals.get(task.op, 0)
+        eta = f"{(total - done) / rate:.0f}s" if rate and summary.measured else "?"
+        text = " ".join(f"{k}={v}" for k, v in sorted(statuses.items()))
+        print(f"\r{task.op}: {done}/{total} {text} ETA {eta}   ", end="", file=self.out, flush=True)
+
+    def end(self) -> None:
+        if self.op is not None:
+            print(file=self.out)

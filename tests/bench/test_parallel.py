@@ -1,0 +1,124 @@
+"""The parallel fill on CPU: real worker processes side by side, the device lanes they share, work done
+once per case, and two workers dying at once. The serial/parallel fault tests are in test_fill.py."""
+
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from popcorn.bench import store
+from popcorn.bench.arbiter import Arbiter
+from popcorn.bench.fill import fill
+from popcorn.bench.lane import EXCLUSIVE, SHARED
+
+from . import fill_ops
+
+SLICE = ["hidden", "dtype=float32", "...=[2]", "alpha=2.0"]
+
+
+@pytest.fixture(autouse=True)
+def env(tmp_path, monkeypatch):
+    monkeypatch.setenv("POPCORN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("POPCORN_BENCH_TARGET_MS", "2")  # timing precision is not under test here
+    return tmp_path
+
+
+def rows(op, impl):
+    return [r for r in store.read(op) if r.impl == impl]
+
+
+def test_two_workers_dying_at_once_cost_two_crash_rows_and_the_fill_finishes(env, monkeypatch):
+    meet = env / "meet"
+    meet.mkdir()
+    monkeypatch.setenv("TOY_MEET_DIR", str(meet))
+    monkeypatch.setenv("TOY_DIE_TOGETHER", "17,21")
+    summary = fill([fill_ops.toy_scale], backends=["toy:die_together"], slice_spec=SLICE, device="cpu", trials=2,
+                   workers=3)
+    assert sorted(os.listdir(meet)) == ["17", "21"]  # both reached the rendezvous: they died together
+    died = rows("toy_scale", "toy:die_together")
+    crashes = sorted(r.config for r in died if r.status == "crash")
+    assert len(crashes) == 2 and '"hidden": 17' in crashes[0] + crashes[1] and '"hidden": 21' in crashes[0] + crashes[1]
+    assert all(r.status == "pass" for r in died if r.status != "crash")
+    assert len(died) == len(rows("toy_scale", "torch")) > 10  # every other case was measured
+    assert summary.counts[("toy_scale", "toy:die_together")]["crash"] == 2
+    assert not list((env / "cache").parent.glob("fill/sentinel-*"))  # no sentinel left behind
+
+
+def test_timing_never_shares_the_device_with_correctness_trials(env, monkeypatch):
+    log = env / "lanes.log"
+    monkeypatch.setenv("TOY_LANE_LOG", str(log))
+    summary = fill([fill_ops.toy_scale], backends=["toy:lanes"], slice_spec=SLICE, device="cpu", trials=3, workers=3,
+                   limit=12)
+    assert summary.measured == 24
+    calls = [line.split() for line in log.read_text().splitlines()]
+    spans = [(int(pid), held, float(t0), float(t1)) for pid, held, t0, t1 in calls]
+    timed = [s for s in spans if s[1] == EXCLUSIVE]
+    trials = [s for s in spans if s[1] == SHARED]
+    assert timed and trials and {s[0] for s in spans} and len({s[0] for s in trials}) > 1  # several workers ran
+    for pid, _, t0, t1 in timed:
+        overlapping = [s for s in trials if s[0] != pid and s[2] < t1 and t0 < s[3]]
+        assert not overlapping, f"a trial of another worker ran while worker {pid} timed"
+    b = summary.breakdown()
+    assert b["workers"] == 3 and b["busy_s"] > 0 and 0 < b["busy_fraction"] < 1
+    assert b["phases"]["timing"] > 0 and b["phases"]["trials"] > 0
+
+
+def test_a_cases_inputs_and_truth_are_computed_once_for_all_its_backends(env, monkeypatch):
+    log = env / "truth.log"
+    monkeypatch.setenv("TOY_TRUTH_LOG", str(log))
+    trials = 3
+    summary = fill([fill_ops.toy_counted], backends=["toy:one", "toy:two"], device="cpu", trials=trials, limit=4,
+                   workers=2)
+    assert summary.measured == 12 and summary.counts[("toy_counted", "toy:two")] == {"pass": 4}
+    per_case: dict = {}
+    for line in log.read_text().split():
+        per_case[line] = per_case.get(line, 0) + 1
+    # three backends (the reference's own row, toy:one, toy:two) shared one fp64 run per trial
+    assert len(per_case) == 4 and set(per_case.values()) == {trials}
+
+
+def test_the_arbiter_keeps_timing_alone_and_frees_what_a_dead_worker_held():
+    arbiter = Arbiter()
+    arbiter.acquire(0, SHARED)
+    arbiter.acquire(1, SHARED)
+    got = threading.Event()
+
+    def timer():
+        arbiter.acquire(2, EXCLUSIVE)
+        got.set()
+
+    t = threading.Thread(target=timer, daemon=True)
+    t.start()
+    arbiter.release(0)
+    assert not got.wait(0.2)  # slot 1's trial is still open
+    late = threading.Event()
+    threading.Thread(target=lambda: (arbiter.acquire(3, SHARED), late.set()), daemon=True).start()
+    arbiter.drop(1)  # slot 1's worker died mid-trial
+    assert got.wait(10) and not late.wait(0.2)  # timing waited for no one else; a new trial waits for it
+    time.sleep(0.05)
+    arbiter.release(2)
+    assert late.wait(10) and arbiter.busy() >= 0.05
+
+
+def test_memory_reservations_queue_and_a_solo_retry_waits_for_the_device_to_empty():
+    arbiter = Arbiter(memory_bytes=100)
+    arbiter.reserve(0, 60)
+    second = threading.Event()
+    threading.Thread(target=lambda: (arbiter.reserve(1, 60), second.set()), daemon=True).start()
+    assert not second.wait(0.2)  # 120 bytes would not fit
+    arbiter.unreserve(0)
+    assert second.wait(10) and arbiter.others_reserved(0)
+    solo = threading.Event()
+    threading.Thread(target=lambda: (arbiter.reserve(2, 10, solo=True), solo.set()), daemon=True).start()
+    assert not solo.wait(0.2)
+    arbiter.unreserve(1)
+    assert solo.wait(10) and not arbiter.others_reserved(2)
+
+
+def test_cli_refuses_a_worker_count_that_is_not_positive():
+    out = subprocess.run([sys.executable, "-m", "popcorn.cli", "bench", "fill", "rms_norm", "--workers", "0"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "--workers: '0' is not a positive whole number" in out.stderr
