@@ -72,7 +72,7 @@ BACKENDS: dict[str, Backend] = {
         Backend("popcorn", "triton", versions=">=3.3"),
         Backend("liger", "liger-kernel", "liger_kernel", ">=0.8,<0.9", "liger"),
         Backend("fla", "fla-core", "fla", ">=0.6,<0.7", "fla"),  # flash-linear-attention's kernels
-        Backend("quack", "quack-kernels", "quack", ">=0.5,<0.6", "quack"),
+        Backend("quack", "quack-kernels", "quack", ">=0.6,<0.7", "quack"),
         Backend("unsloth", "unsloth", "unsloth", ">=2026.3", "unsloth"),
     )
 }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import platform
 
 import torch
@@ -41,3 +42,25 @@ def on_cuda_rows(tensor: str, *, max_elements: int | None = None, max_bytes: int
         return (max_elements is None or n <= max_elements) and (max_bytes is None or n * t.element_size() <= max_bytes)
     predicate.__name__ = predicate.__qualname__ = f"on_cuda_rows_{tensor}"
     return predicate
+
+
+@functools.cache
+def _capability(index: int) -> tuple[int, int]:
+    return torch.cuda.get_device_capability(index)
+
+
+def on_sm90(**arguments) -> bool:
+    """Every tensor of the call is on a CUDA device of compute capability 9.0 or newer (Hopper,
+    Blackwell): the predicate of CuTe DSL kernels (quack), built and tested for those."""
+    if not on_cuda(**arguments):
+        return False
+    return all(_capability(v.device.index) >= (9, 0) for v in arguments.values() if isinstance(v, torch.Tensor))
+
+
+def dense(t: torch.Tensor) -> torch.Tensor:
+    """``t`` when it is contiguous and 16-byte aligned, else a copy that is: what kernels with vectorized
+    row loads read (a call's strides and offsets are not part of its dispatch key, so adapters fix
+    them rather than predicates declining them)."""
+    if t.is_contiguous() and t.data_ptr() % 16 == 0:
+        return t
+    return t.clone(memory_format=torch.contiguous_format)

@@ -36,6 +36,14 @@ def crafted():
     return out
 
 
+def libraries(op: str, **had: str) -> str:
+    """What table c says of ``op``'s registered library adapters (read from the registry): ``had[name]``,
+    else 'no rows'."""
+    names = [n for n, i in OPS[op].implementations.items() if i.backend.package is not None]
+    assert names
+    return "; ".join(f"{n} ({had.get(n, 'no rows')})" for n in names)
+
+
 def by_backend(table):
     return {line[1]: line for line in table}
 
@@ -71,9 +79,9 @@ def test_uncovered_names_ops_without_a_passing_library():
     rows = crafted()
     names = {line[0]: line[1] for line in findings.uncovered(rows, OPS)}
     assert "rms_norm" not in names  # liger passes
-    assert names["softmax"] == "liger (no rows)" and names["matmul"] == "no library adapter"
+    assert names["softmax"] == libraries("softmax") and names["matmul"] == "no library adapter"
     only_fla = [r for r in rows if r.impl != "liger"]
-    assert findings.uncovered(only_fla, {"rms_norm": OP}) == [["rms_norm", "liger (no rows); fla (1 fail)"]]
+    assert findings.uncovered(only_fla, {"rms_norm": OP}) == [["rms_norm", libraries("rms_norm", fla="1 fail")]]
 
 
 def test_report_over_the_h200_rows():
@@ -89,7 +97,7 @@ def test_report_over_the_h200_rows():
     assert any(line.startswith("| softmax | torch | oom | 6 |") for line in lines)
     assert any(line.startswith("| softmax | compile | error | 1 |") for line in lines)
     assert "| attn |" not in text.split("## b.")[0]  # its rows are stale: measured against older code
-    assert "| rms_norm | liger (no rows); fla (no rows) |" in text
+    assert f"| rms_norm | {libraries('rms_norm')} |" in text
 
 
 def test_main_reads_shards(capsys):

@@ -28,11 +28,20 @@ PAIRS = [(op.name, impl) for op in OPS.values() for impl in op.implementations i
 
 
 def case_for(op, impl) -> Case:
-    """The small case in the first dtype the backend's static gates admit."""
+    """The small case in the first dtype the backend's static gates admit, with the first value a value
+    gate admits where the op's default is not one (fla's attention: causal only) and without the
+    optionals a gate wants absent."""
     case = small_case(op)
+    args, present = dict(case.args), case.present
+    for name, gate in op[impl].gates.items():
+        default = op.signature.parameters[name].default
+        if gate.kind == "values" and args.get(name, default) not in gate.allowed:
+            args[name] = sorted(gate.allowed, key=repr)[0]
+        if gate.kind == "absent":
+            present = tuple(p for p in present if p != name)
     for dtype in ("float32", "bfloat16", "float16"):
-        if op[impl].admits_static(dtype, case.args, case.present):
-            return Case(case.dims, case.batch, dtype, case.args, case.present)
+        if op[impl].admits_static(dtype, args, present):
+            return Case(case.dims, case.batch, dtype, args, present)
     return case
 
 
@@ -50,6 +59,12 @@ def test_every_backend_matches_the_reference(name, impl):
                    trials=2, grad=grad, out_dtypes=backend.expected_dtypes, frozen=backend.no_grad)
     assert result.status == "pass", f"{name}:{impl} {case.label}: {result.status}: {result.reason}"
     assert result.bwd or not grad, "gradients were checked"
+
+
+def test_the_case_follows_value_gates():
+    case = case_for(OPS["attn"], "fla")
+    assert case.args["is_causal"] is True and case.dtype == "bfloat16"
+    assert case_for(OPS["geglu"], "liger").args.get("approximate", "tanh") == "tanh"
 
 
 def test_catalog_has_twenty_one_ops_with_torch_and_compile():

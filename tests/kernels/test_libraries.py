@@ -1,6 +1,6 @@
-"""Library adapters (liger, fla) on the CPU: what they admit (gates, predicates), and that without the
-libraries every op still dispatches, never importing them. Their values are checked by the
-conformance test on a GPU."""
+"""Library adapters (liger, fla, quack) on the CPU: what they admit (gates, predicates), and that without
+the libraries every op still dispatches, never importing them. Their values are checked by the
+conformance test on a GPU, and liger's and fla's by test_library_interpreter in Triton's interpreter."""
 
 import subprocess
 import sys
@@ -9,11 +9,15 @@ import pytest
 import torch
 
 from popcorn.core import BackendUnavailable
+from popcorn.core.devices import dense
 from popcorn.kernels import OPS, geglu, rms_norm
 
 COVERS = {
-    "liger": ["add_rms_norm", "cross_entropy", "geglu", "layer_norm", "rms_norm", "rope", "softmax", "swiglu"],
-    "fla": ["add_rms_norm", "l2_norm", "layer_norm", "rms_norm", "swiglu", "swish"],
+    "liger": ["add_rms_norm", "cross_entropy", "embedding", "geglu", "group_norm", "jsd", "kl_div", "layer_norm",
+              "linear_cross_entropy", "rms_norm", "rope", "softmax", "swiglu"],
+    "fla": ["add_rms_norm", "attn", "attn_varlen", "cross_entropy", "group_norm", "l2_norm", "layer_norm",
+            "linear_cross_entropy", "logsumexp", "rms_norm", "softmax", "swiglu", "swish"],
+    "quack": ["add_rms_norm", "cross_entropy", "rms_norm", "softmax"],
 }
 PAIRS = [(lib, name) for lib, names in COVERS.items() for name in names]
 
@@ -21,6 +25,7 @@ PAIRS = [(lib, name) for lib, names in COVERS.items() for name in names]
 @pytest.mark.parametrize("lib", COVERS)
 def test_what_each_library_covers(lib):
     assert sorted(name for name, op in OPS.items() if lib in op.implementations) == COVERS[lib]
+    assert {n for op in OPS.values() for n in op.implementations if n.split(":")[0] == lib} == {lib}  # no variants
 
 
 @pytest.mark.parametrize("lib, name", PAIRS, ids=[f"{lib}-{name}" for lib, name in PAIRS])
@@ -57,8 +62,8 @@ def test_without_the_libraries_every_op_dispatches_and_none_is_imported():
             "rms_norm(x, torch.ones(8)).sum().backward()\n"
             "softmax(x); swiglu(x, x)\n"
             "cross_entropy(torch.randn(4, 7), torch.tensor([0, 1, 2, 3]))\n"
-            "assert 'liger_kernel' not in sys.modules and 'fla' not in sys.modules, 'a library was imported'\n"
-            "assert all(not {'liger', 'fla'} & set(op.available_backends()) for op in OPS.values())\n")
+            "assert not {'liger_kernel', 'fla', 'quack'} & set(sys.modules), 'a library was imported'\n"
+            "assert all(not {'liger', 'fla', 'quack'} & set(op.available_backends()) for op in OPS.values())\n")
     if "liger" in rms_norm.available_backends():
         pytest.skip("liger-kernel is installed here")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -69,3 +74,141 @@ def test_without_the_libraries_every_op_dispatches_and_none_is_imported():
 def test_every_adapter_is_fingerprinted_where_its_library_is_missing(lib, name):
     # publish and dispatch compare rows measured elsewhere by this hash: it must not need the library
     assert len(OPS[name][lib].impl_hash) == 12
+
+
+def test_out_of_gate_dtypes_and_values_are_refused_at_plan_time():
+    refused = [("jsd", "liger", "float64", {}), ("kl_div", "liger", "float64", {}),
+               ("cross_entropy", "fla", "float64", {}), ("linear_cross_entropy", "liger", "float64", {}),
+               ("linear_cross_entropy", "fla", "float32", {"reduction": "none"}),
+               ("group_norm", "liger", "float16", {}), ("logsumexp", "fla", "float64", {}),
+               ("softmax", "fla", "float64", {}), ("attn", "fla", "float32", {"is_causal": True}),
+               ("attn", "fla", "bfloat16", {"is_causal": False}), ("attn_varlen", "fla", "bfloat16", {"causal": False}),
+               ("cross_entropy", "quack", "bfloat16", {"label_smoothing": 0.1}), ("rms_norm", "quack", "float64", {})]
+    for name, lib, dtype, args in refused:
+        assert OPS[name][lib].admits_static(dtype, args, ()) is False, (name, lib, dtype, args)
+    admitted = [("jsd", "liger", "bfloat16", {}), ("linear_cross_entropy", "fla", "bfloat16", {"reduction": "sum"}),
+                ("group_norm", "liger", "bfloat16", {}), ("attn", "fla", "float16", {"is_causal": True}),
+                ("attn_varlen", "fla", "bfloat16", {"causal": True}),
+                ("cross_entropy", "quack", "bfloat16", {"label_smoothing": 0.0})]
+    for name, lib, dtype, args in admitted:
+        assert OPS[name][lib].admits_static(dtype, args, ()) is True, (name, lib, dtype, args)
+
+
+@pytest.fixture
+def installed(monkeypatch):
+    """Every library counts as installed, so rejects() reaches the gates and predicates."""
+    from popcorn.core.backends import Backend
+
+    monkeypatch.setattr(Backend, "problem", lambda self: None)
+
+
+@pytest.fixture
+def cuda(monkeypatch):
+    """Tensors count as on a CUDA device of compute capability 9.0."""
+    from popcorn.core import devices
+
+    monkeypatch.setattr(devices, "on_cuda", lambda **a: True)
+    monkeypatch.setattr(devices, "_capability", lambda index: (9, 0))
+    for name in OPS:
+        module = sys.modules[f"popcorn.kernels.{name}"]
+        if hasattr(module, "on_cuda"):
+            monkeypatch.setattr(module, "on_cuda", lambda **a: True)
+        if hasattr(module, "on_sm90"):
+            monkeypatch.setattr(module, "on_sm90", devices.on_sm90)
+
+
+def test_teachers_and_targets_given_no_gradient_send_those_calls_elsewhere(installed):
+    x = torch.randn(3, 5).log_softmax(-1)
+    for name in ("jsd", "kl_div"):
+        impl = OPS[name]["liger"]
+        assert impl.no_grad == ("target",)
+        student = x.clone().requires_grad_()
+        assert impl.rejects({"input": student, "target": x.clone().requires_grad_()}, grad=True) \
+            .startswith("gives no gradient to target")
+        assert "predicate" in impl.rejects({"input": student, "target": x}, grad=True)  # CPU: declined
+    assert OPS["jsd"]["liger"].expected_dtypes({"input": x.bfloat16()}) == {0: torch.bfloat16}
+
+
+def test_fla_logsumexp_has_no_backward(installed):
+    impl = OPS["logsumexp"]["fla"]
+    assert impl.forward_only
+    assert "forward_only" in impl.rejects({"x": torch.randn(2, 4, requires_grad=True)}, grad=True)
+
+
+def test_liger_linear_cross_entropy_declines_weight_gradients_without_x_gradients(cuda):
+    impl = OPS["linear_cross_entropy"]["liger"]
+    x, target = torch.randn(4, 8), torch.tensor([0, 1, 2, 3])
+    weight = torch.randn(5, 8, requires_grad=True)
+    call = {"x": x, "weight": weight, "target": target, "bias": None, "reduction": "mean"}
+    assert impl.predicate(**call) is False  # liger would leave weight.grad None
+    assert impl.predicate(**(call | {"reduction": "none"})) is True  # recomputed in its backward
+    assert impl.predicate(**(call | {"x": x.requires_grad_()})) is True
+    with torch.no_grad():
+        assert impl.predicate(**call) is True
+    frozen = {"x": torch.randn(4, 8), "weight": torch.randn(5, 8), "target": target, "reduction": "sum",
+              "bias": torch.zeros(5, requires_grad=True)}
+    assert impl.predicate(**frozen) is False
+
+
+def test_predicates_on_sizes(cuda):
+    meta = dict(device="meta")
+    group_norm = OPS["group_norm"]["fla"].predicate
+    assert group_norm(x=torch.empty(2, 32, 8, **meta), num_groups=8) is True
+    assert group_norm(x=torch.empty(2, 32, 8192, **meta), num_groups=1) is False  # a 1 MB group
+    embedding = OPS["embedding"]["liger"].predicate
+    table = torch.empty(100, 64, **meta)
+    assert embedding(input=torch.empty(8, 16, dtype=torch.int64, **meta), weight=table) is True
+    assert embedding(input=torch.empty(0, dtype=torch.int64, **meta), weight=table) is False
+    assert embedding(input=torch.empty(2**25, dtype=torch.int64, **meta), weight=table) is False
+    softmax = OPS["softmax"]["fla"].predicate
+    assert softmax(x=torch.empty(2, 2**20, **meta)) is True and softmax(x=torch.empty(2, 2**20 + 1, **meta)) is False
+    attn = OPS["attn"]["fla"].predicate
+    q = torch.empty(1, 4, 16, 256, dtype=torch.bfloat16, **meta)
+    assert attn(q=q, k=q, v=q) is True
+    wide = torch.empty(1, 4, 16, 512, dtype=torch.bfloat16, **meta)
+    assert attn(q=wide, k=wide, v=wide) is False
+    assert OPS["attn_varlen"]["fla"].predicate is attn
+
+
+def test_row_kernels_declare_their_row_limits(cuda):
+    """liger's row kernels (calculate_settings) take rows of at most 64K elements, fla's layer-norm
+    kernels rows of at most 64 KB: larger rows run another backend rather than fail at launch."""
+    meta = dict(device="meta")
+    for name in ("rms_norm", "add_rms_norm", "layer_norm", "softmax"):
+        liger = OPS[name]["liger"].predicate
+        assert liger(x=torch.empty(2, 65536, **meta)) is True, name
+        assert liger(x=torch.empty(2, 65537, dtype=torch.bfloat16, **meta)) is False, name
+    for name in ("rms_norm", "add_rms_norm", "layer_norm", "l2_norm"):
+        fla = OPS[name]["fla"].predicate
+        assert fla(x=torch.empty(2, 32768, dtype=torch.bfloat16, **meta)) is True, name
+        assert fla(x=torch.empty(2, 32768, dtype=torch.float32, **meta)) is False, name  # 128 KB
+        assert fla(x=torch.empty(2, 16384, dtype=torch.float32, **meta)) is True, name
+
+
+def test_quack_needs_hopper_and_whole_vectors(cuda, monkeypatch):
+    from popcorn.core import devices
+
+    meta = dict(device="meta")
+    softmax, ce, rms = (OPS[n]["quack"].predicate for n in ("softmax", "cross_entropy", "rms_norm"))
+    row = torch.empty(4, 4096, dtype=torch.bfloat16, **meta)
+    assert softmax(x=row) is True
+    assert softmax(x=torch.empty(4, 17, dtype=torch.bfloat16, **meta)) is False  # 17 is no whole 16-byte vector
+    assert softmax(x=torch.empty(4, 12, dtype=torch.float32, **meta)) is True  # 3 fp32 vectors
+    assert softmax(x=torch.empty(1, 300 * 1024, dtype=torch.bfloat16, **meta)) is False
+    assert ce(logits=torch.empty(4, 32000, dtype=torch.bfloat16, **meta), target=None) is True
+    assert ce(logits=torch.empty(4, 50257, dtype=torch.bfloat16, **meta), target=None) is False
+    assert rms(x=torch.empty(2, 200 * 1024, dtype=torch.bfloat16, **meta)) is True
+    assert rms(x=torch.empty(2, 200 * 1024, dtype=torch.float32, **meta)) is False  # its fp32 backward stops at 128k
+    assert OPS["add_rms_norm"]["quack"].predicate is rms
+    monkeypatch.setattr(devices, "_capability", lambda index: (8, 0))
+    assert softmax(x=row) is False  # an A100: quack's kernels are built for Hopper and newer
+
+
+def test_dense_copies_only_what_vectorized_loads_cannot_read():
+    x = torch.randn(4, 8)
+    assert dense(x) is x
+    strided = x.t()
+    assert dense(strided).is_contiguous() and torch.equal(dense(strided), strided)
+    shifted = torch.randn(33)[1:].view(4, 8)  # 4 bytes past an aligned start
+    assert shifted.data_ptr() % 16 and dense(shifted).data_ptr() % 16 == 0
+    assert torch.equal(dense(shifted), shifted)

@@ -2,9 +2,11 @@
 
 import torch
 
-from popcorn.core import Float, register_kernel
+from popcorn.core import HALF, Float, dtypes, register_kernel
 from popcorn.core.numerics import upcast
 from popcorn.core.devices import on_cuda_rows
+
+from ..rms_norm import quack_fits
 
 
 @register_kernel(batch="token_rows", args={"eps": [1e-6, 1e-5]}, tags=("normalization",))
@@ -31,3 +33,5 @@ add_rms_norm.register("liger", source="popcorn.kernels.add_rms_norm.liger:add_rm
                       predicate=on_cuda_rows("x", max_elements=65536))  # a row in one Triton block: 64K elements
 add_rms_norm.register("fla", source="popcorn.kernels.add_rms_norm.fla:add_rms_norm",
                       predicate=on_cuda_rows("x", max_bytes=65536))  # a row in one Triton block: 64 KB
+add_rms_norm.register("quack", source="popcorn.kernels.add_rms_norm.quack:add_rms_norm", predicate=quack_fits,
+                      gates={"x": dtypes(*HALF, torch.float32)})

@@ -9,8 +9,9 @@ declared value): that is how training calls it.
 import torch
 from torch.nn.attention import SDPBackend
 
-from popcorn.core import HALF, Float, dtypes, register_kernel
+from popcorn.core import HALF, Float, dtypes, one_of, register_kernel
 from popcorn.core.constraints import divides
+from popcorn.core.devices import on_cuda
 from popcorn.core.numerics import upcast
 
 from . import sdpa
@@ -74,3 +75,14 @@ attn.register("sdpa:efficient", sdpa.adapter(SDPBackend.EFFICIENT_ATTENTION), pr
 attn.register("sdpa:cudnn", sdpa.adapter(SDPBackend.CUDNN_ATTENTION), predicate=sdpa.cudnn_ok,
               gates={"q": dtypes(*HALF)})
 attn.register("sdpa:math", sdpa.adapter(SDPBackend.MATH))
+
+
+def fla_heads_fit(**arguments) -> bool:
+    """On CUDA, with head_dim at most 256: fla's kernels hold a whole head in one block."""
+    return on_cuda(**arguments) and arguments["q"].shape[-1] <= 256 and arguments["v"].shape[-1] <= 256
+
+
+# -- library backends: adapters beside this file, imported on first use ----------------------------
+# fla: causal only; half precision only (its dots take fp32 operands as tf32, below fp32's accuracy)
+attn.register("fla", source="popcorn.kernels.attn.fla:attn", predicate=fla_heads_fit,
+              gates={"is_causal": one_of(True), "q": dtypes(*HALF)})

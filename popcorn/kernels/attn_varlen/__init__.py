@@ -2,10 +2,10 @@
 
 import torch
 
-from popcorn.core import Float, Int, register_kernel
+from popcorn.core import HALF, Float, Int, dtypes, one_of, register_kernel
 from popcorn.core.constraints import at_most
 
-from ..attn import GQA, _attention
+from ..attn import GQA, _attention, fla_heads_fit
 
 
 def _cu_seqlens(shape, case, generator):
@@ -71,3 +71,9 @@ def attn_varlen(
     out = torch.cat(pieces) if pieces else _attention(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1),
                                                       causal, scale).transpose(0, 1)
     return out.to(q.dtype)
+
+
+# -- backends: adapters beside this file, imported on first use ------------------------------------
+# fla: causal only; half precision only (its dots take fp32 operands as tf32, below fp32's accuracy)
+attn_varlen.register("fla", source="popcorn.kernels.attn_varlen.fla:attn_varlen", predicate=fla_heads_fit,
+                     gates={"causal": one_of(True), "q": dtypes(*HALF)})

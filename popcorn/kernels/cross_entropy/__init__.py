@@ -9,9 +9,9 @@ from typing import Literal
 
 import torch
 
-from popcorn.core import Float, Int, register_kernel
+from popcorn.core import HALF, Float, Int, dtypes, one_of, register_kernel
 from popcorn.core.numerics import upcast
-from popcorn.core.devices import on_cuda
+from popcorn.core.devices import on_cuda, on_sm90
 
 
 def target_domain(shape, case, generator) -> torch.Tensor:
@@ -71,3 +71,21 @@ def cross_entropy(
 # -- backends: adapters beside this file, imported on first use ------------------------------------
 cross_entropy.register("liger", source="popcorn.kernels.cross_entropy.liger:cross_entropy", predicate=on_cuda,
                        out_dtypes={0: "logits"})  # the loss in the logits' dtype
+# fla: fp32 losses (no fp64)
+cross_entropy.register("fla", source="popcorn.kernels.cross_entropy.fla:cross_entropy", predicate=on_cuda,
+                       gates={"logits": dtypes(*HALF, torch.float32)})
+
+
+def quack_vocab_fits(**arguments) -> bool:
+    """On Hopper or newer, with a vocab of whole 16-byte vectors and at most 256k classes (quack's
+    backward loads rows in 16-byte vectors; its cluster sizes are chosen up to 256k)."""
+    if not on_sm90(**arguments):
+        return False
+    logits = arguments["logits"]
+    n = logits.shape[-1]
+    return n % (16 // logits.element_size()) == 0 and n <= 256 * 1024
+
+
+cross_entropy.register("quack", source="popcorn.kernels.cross_entropy.quack:cross_entropy",
+                       predicate=quack_vocab_fits,
+                       gates={"logits": dtypes(*HALF, torch.float32), "label_smoothing": one_of(0.0)})

@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from popcorn.core import Float, Int, register_kernel
+from popcorn.core.devices import on_cuda
 
 
 def indices_domain(shape, case, generator) -> torch.Tensor:
@@ -33,3 +34,16 @@ def embedding(
     # F.embedding, not weight[indices]: Python indexing wraps negative indices around, torch's
     # embedding rejects them (IndexError on the host, a device-side assert on CUDA: no sync)
     return F.embedding(input, weight)
+
+
+# -- backends: adapters beside this file, imported on first use ------------------------------------
+def liger_offsets_fit(**arguments) -> bool:
+    """On CUDA, with rows to look up and offsets in int32: liger's kernel multiplies row indices by
+    hidden in the indices' dtype and output positions in int32."""
+    if not on_cuda(**arguments):
+        return False
+    input, weight = arguments["input"], arguments["weight"]
+    return 0 < input.numel() and input.numel() * weight.shape[1] < 2**31 and weight.numel() < 2**31
+
+
+embedding.register("liger", source="popcorn.kernels.embedding.liger:embedding", predicate=liger_offsets_fit)

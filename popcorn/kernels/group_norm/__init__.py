@@ -2,7 +2,8 @@
 
 import torch
 
-from popcorn.core import Float, register_kernel
+from popcorn.core import HALF, Float, dtypes, register_kernel
+from popcorn.core.devices import on_cuda
 from popcorn.core.constraints import divides
 from popcorn.core.numerics import upcast
 
@@ -35,3 +36,21 @@ def group_norm(
     if bias is not None:
         y = y + upcast(bias)[:, None]
     return y.to(x.dtype)
+
+
+# -- backends: adapters beside this file, imported on first use ------------------------------------
+def fla_group_fits(**arguments) -> bool:
+    """On CUDA, with a group (channels // num_groups * width elements) within fla's 64 KB row block."""
+    if not on_cuda(**arguments):
+        return False
+    x = arguments["x"]
+    _, channels, width = x.shape
+    return channels // arguments["num_groups"] * width * x.element_size() <= 65536
+
+
+# liger accumulates the weight's and bias's gradients in bf16 below fp32: fp16 ones lose half their
+# mantissa (and fp64 is computed in fp32)
+group_norm.register("liger", source="popcorn.kernels.group_norm.liger:group_norm", predicate=on_cuda,
+                    gates={"x": dtypes(torch.float32, torch.bfloat16)})
+group_norm.register("fla", source="popcorn.kernels.group_norm.fla:group_norm", predicate=fla_group_fits,
+                    gates={"x": dtypes(*HALF, torch.float32)})

@@ -15,8 +15,9 @@ import math
 
 import torch
 
-from popcorn.core import Float, Int, register_kernel
+from popcorn.core import HALF, Float, Int, dtypes, register_kernel
 from popcorn.core.numerics import upcast
+from popcorn.core.devices import on_cuda
 
 from ..cross_entropy import target_domain as _labels_domain
 from ..kl_div import _pointwise, kl_terms, log_probs
@@ -56,3 +57,9 @@ def jsd(
     keep = shift_labels != ignore_index
     loss = torch.where(keep, loss, torch.zeros_like(loss))
     return loss.sum() / keep.sum().clamp_min(1)
+
+
+# -- backends: adapters beside this file, imported on first use ------------------------------------
+# Liger: the loss in the input's dtype, no gradient for the teacher; fp32 arithmetic (no fp64)
+jsd.register("liger", source="popcorn.kernels.jsd.liger:jsd", predicate=on_cuda,
+             gates={"input": dtypes(*HALF, torch.float32)}, out_dtypes={0: "input"}, no_grad=("target",))

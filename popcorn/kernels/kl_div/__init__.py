@@ -10,8 +10,9 @@ from typing import Literal
 
 import torch
 
-from popcorn.core import Float, register_kernel
+from popcorn.core import HALF, Float, dtypes, register_kernel
 from popcorn.core.numerics import upcast
+from popcorn.core.devices import on_cuda
 
 
 def log_probs(shape, case, generator) -> torch.Tensor:
@@ -69,3 +70,9 @@ def kl_div(
     if reduction == "batchmean":
         return loss.sum() / input.shape[0]
     raise ValueError(f"kl_div: unknown reduction {reduction!r}")
+
+
+# -- backends: adapters beside this file, imported on first use ------------------------------------
+# Liger: the loss in fp32 (no fp64), no gradient for the target
+kl_div.register("liger", source="popcorn.kernels.kl_div.liger:kl_div", predicate=on_cuda,
+                gates={"input": dtypes(*HALF, torch.float32)}, no_grad=("target",))

@@ -2,8 +2,10 @@
 
 from typing import Literal
 
+import torch
 
-from popcorn.core import Float, Int, register_kernel
+from popcorn.core import HALF, Float, Int, dtypes, one_of, register_kernel
+from popcorn.core.devices import on_cuda
 
 from ..cross_entropy import _cross_entropy_from_logits, target_domain
 
@@ -34,3 +36,22 @@ def linear_cross_entropy(
     if bias is not None:
         logits = logits + bias
     return _cross_entropy_from_logits(logits, target, ignore_index, label_smoothing, reduction)
+
+
+# -- backends: adapters beside this file, imported on first use ------------------------------------
+def liger_grads_flow(**arguments) -> bool:
+    """On CUDA, and not a call whose weight or bias needs a gradient while x does not: liger computes
+    theirs only beside x's (for 'mean' and 'sum'; 'none' recomputes them in its backward)."""
+    if not on_cuda(**arguments):
+        return False
+    x, weight, bias = arguments["x"], arguments["weight"], arguments["bias"]
+    frozen_x = torch.is_grad_enabled() and not x.requires_grad and arguments["reduction"] != "none"
+    return not (frozen_x and (weight.requires_grad or (bias is not None and bias.requires_grad)))
+
+
+# the loss in fp32 (no fp64) in both
+linear_cross_entropy.register("liger", source="popcorn.kernels.linear_cross_entropy.liger:linear_cross_entropy",
+                              predicate=liger_grads_flow, gates={"x": dtypes(*HALF, torch.float32)})
+linear_cross_entropy.register("fla", source="popcorn.kernels.linear_cross_entropy.fla:linear_cross_entropy",
+                              predicate=on_cuda, gates={"x": dtypes(*HALF, torch.float32),
+                                                        "reduction": one_of("mean", "sum")})

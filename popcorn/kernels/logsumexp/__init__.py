@@ -2,7 +2,8 @@
 
 import torch
 
-from popcorn.core import Float, register_kernel
+from popcorn.core import HALF, Float, dtypes, register_kernel
+from popcorn.core.devices import on_cuda
 from popcorn.core.numerics import upcast
 
 
@@ -13,3 +14,9 @@ def logsumexp(x: Float["... vocab"]) -> Float["..."]:
     $$y = m + \\log \\sum_{i=1}^{n} e^{x_i - m}, \\quad m = \\max_i x_i$$
     """
     return torch.logsumexp(upcast(x), dim=-1).to(x.dtype)
+
+
+# -- backends: adapters beside this file, imported on first use ------------------------------------
+# fla: no backward; fp32 arithmetic (no fp64)
+logsumexp.register("fla", source="popcorn.kernels.logsumexp.fla:logsumexp", predicate=on_cuda, forward_only=True,
+                   gates={"x": dtypes(*HALF, torch.float32)})

@@ -2,9 +2,9 @@
 
 import torch
 
-from popcorn.core import Float, register_kernel
+from popcorn.core import HALF, Float, dtypes, register_kernel
 from popcorn.core.numerics import upcast
-from popcorn.core.devices import on_cuda_rows
+from popcorn.core.devices import on_cuda_rows, on_sm90
 
 
 @register_kernel(batch="token_rows", args={"eps": [1e-6, 1e-5]}, tags=("normalization",))
@@ -29,3 +29,15 @@ rms_norm.register("liger", source="popcorn.kernels.rms_norm.liger:rms_norm",
                   predicate=on_cuda_rows("x", max_elements=65536))  # a row in one Triton block: 64K elements
 rms_norm.register("fla", source="popcorn.kernels.rms_norm.fla:rms_norm",
                   predicate=on_cuda_rows("x", max_bytes=65536))  # a row in one Triton block: 64 KB
+
+
+def quack_fits(**arguments) -> bool:
+    """On Hopper or newer, and not an fp32 row over 128k elements (quack's backward refuses those)."""
+    if not on_sm90(**arguments):
+        return False
+    x = arguments["x"]
+    return x.element_size() < 4 or x.shape[-1] <= 128 * 1024
+
+
+rms_norm.register("quack", source="popcorn.kernels.rms_norm.quack:rms_norm", predicate=quack_fits,
+                  gates={"x": dtypes(*HALF, torch.float32)})

@@ -2,9 +2,9 @@
 
 import torch
 
-from popcorn.core import Float, register_kernel
+from popcorn.core import HALF, Float, dtypes, register_kernel
 from popcorn.core.numerics import upcast
-from popcorn.core.devices import on_cuda_rows
+from popcorn.core.devices import on_cuda, on_cuda_rows, on_sm90
 
 
 @register_kernel(batch="token_rows", tags=("reduction",))
@@ -19,3 +19,26 @@ def softmax(x: Float["... vocab"]) -> Float["... vocab"]:
 # -- backends: adapters beside this file, imported on first use ------------------------------------
 softmax.register("liger", source="popcorn.kernels.softmax.liger:softmax",
                  predicate=on_cuda_rows("x", max_elements=65536))  # a row in one Triton block: 64K elements
+
+
+def fla_row_fits(**arguments) -> bool:
+    """On CUDA, with a row within Triton's largest block (2**20 elements): fla takes each row whole."""
+    return on_cuda(**arguments) and arguments["x"].shape[-1] <= 2**20
+
+
+softmax.register("fla", source="popcorn.kernels.softmax.fla:softmax", predicate=fla_row_fits,
+                 gates={"x": dtypes(*HALF, torch.float32)})  # fp32 arithmetic (no fp64)
+
+
+def quack_row_fits(**arguments) -> bool:
+    """On Hopper or newer, with rows of whole 16-byte vectors (quack's softmax loads them so) and at
+    most 256k elements (the longest row its cluster sizes are chosen for)."""
+    if not on_sm90(**arguments):
+        return False
+    x = arguments["x"]
+    n = x.shape[-1]
+    return n % (16 // x.element_size()) == 0 and n <= 256 * 1024
+
+
+softmax.register("quack", source="popcorn.kernels.softmax.quack:softmax", predicate=quack_row_fits,
+                 gates={"x": dtypes(*HALF, torch.float32)})
