@@ -68,7 +68,7 @@ def _fill(args) -> int:
     try:
         summary = fill(ops, backends=args.backend, limit=args.limit, force=args.force, timeout=args.timeout,
                        slice_spec=args.slice, trials=args.trials, device=args.device, curves=args.curves_only,
-                       sink=ShardSink(args.out) if args.out else None, workers=args.workers)
+                       strata=args.stratum, sink=ShardSink(args.out) if args.out else None, workers=args.workers)
     except ValueError as e:
         print(f"popcorn bench fill: {e}", file=sys.stderr)
         return 2
@@ -208,6 +208,9 @@ def _parser() -> argparse.ArgumentParser:
     f.add_argument("--device", help="cuda or cpu (default: cuda when available)")
     f.add_argument("--curves-only", action="store_true",
                    help="the named production and long-context curves alone (release fills)")
+    f.add_argument("--stratum", action="append", metavar="NAME",
+                   help="only the plan's cases of this stratum (repeatable), e.g. production-bfloat16-grad; "
+                   "--limit then samples among them (`bench plan OP --summary` lists the strata)")
     f.add_argument("--out", metavar="DIR", help="write JSONL shards (DIR/<op>.jsonl) instead of the user cache; "
                    "cases DIR already holds are skipped; `popcorn bench merge DIR` folds them into the store")
     f.add_argument("--workers", type=_positive, metavar="N",

@@ -21,10 +21,12 @@ from .tasks import CPU_BUDGET_BYTES, REFERENCE_TIMEOUT, device_bytes, plan_tasks
 
 def fill(ops: list[Op], *, backends: list[str] | None = None, limit: int | None = None, force: bool = False,
          timeout: float = 300.0, slice_spec: list[str] | None = None, trials: int = 10,
-         device: str | None = None, curves: bool = False, out=sys.stderr, sink: Sink | None = None, workers: int | None = None) -> Summary:
+         device: str | None = None, curves: bool = False, strata: list[str] | None = None, out=sys.stderr,
+         sink: Sink | None = None, workers: int | None = None) -> Summary:
     """Measure the plan of each op for the reference and every installed backend; returns the Summary.
 
-    ``curves``: the named curves alone (a release fill). Pairs a static gate or forward-only flag
+    ``curves``: the named curves alone (a release fill). ``strata``: the plan's cases of these strata alone
+    (a sweep partition's). Pairs a static gate or forward-only flag
     excludes are counted as ``gated`` and never reach the worker. ``sink``: where rows go and what
     counts as cached (default: the user cache). ``workers``: cases measured side by side (default:
     :func:`default_workers` for the device)."""
@@ -32,7 +34,7 @@ def fill(ops: list[Op], *, backends: list[str] | None = None, limit: int | None 
     try:
         try:
             tasks = plan_tasks(ops, sink.cached, backends=backends, limit=limit, slice_spec=slice_spec,
-                               curves=curves, force=force, timeout=timeout, trials=trials, device=device, out=out)
+                               curves=curves, strata=strata, force=force, timeout=timeout, trials=trials, device=device, out=out)
         except KeyboardInterrupt:
             return Summary(interrupted=True)
         line = ProgressLine(out)

@@ -64,6 +64,28 @@ def test_planning_skips_cached_and_gated_pairs():
     assert len(forced.todo) == 2 * cases
 
 
+def test_strata_select_the_plan_cases_of_those_strata_and_limit_samples_among_them():
+    whole = plan_tasks([fill_ops.toy_scale], device="cpu", trials=1, backends=["toy:good"])
+    wanted = ["production-bfloat16-grad", "coverage-float16-grad"]
+    chosen = plan_tasks([fill_ops.toy_scale], device="cpu", trials=1, backends=["toy:good"], strata=wanted)
+    assert [(t.impl, t.case.case_id) for t in chosen.todo] == \
+        [(t.impl, t.case.case_id) for t in whole.todo if t.stratum in wanted]  # plan order kept
+    sampled = plan_tasks([fill_ops.toy_scale], device="cpu", trials=1, backends=["toy:good"],
+                         strata=["production-bfloat16-grad"], limit=2)
+    assert len(sampled.todo) == 4 and {t.stratum for t in sampled.todo} == {"production-bfloat16-grad"}
+    out = io.StringIO()
+    none = plan_tasks([fill_ops.toy_scale], device="cpu", backends=["toy:good"], strata=["long-float32-fwd"], out=out)
+    assert not none.steps and "toy_scale: no planned case in long-float32-fwd on this device" in out.getvalue()
+    with pytest.raises(ValueError, match="no op named here has stratum 'production-float64-grad'"):
+        plan_tasks([fill_ops.toy_scale], device="cpu", strata=["production-float64-grad"])
+
+
+def test_cli_fill_names_an_unknown_stratum():
+    out = subprocess.run([sys.executable, "-m", "popcorn.cli", "bench", "fill", "rms_norm", "--stratum", "bogus"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "no op named here has stratum 'bogus'" in out.stderr
+
+
 def test_the_all_cached_hint_and_unreadable_lines_are_named():
     out = io.StringIO()
     tasks = plan(backends=["toy:gated"])
@@ -129,10 +151,11 @@ def test_an_orphaned_sentinel_becomes_a_crash_row_in_its_own_sink(tmp_path):
 
 
 def test_cli_fill_out_writes_shards_not_the_user_cache(env):
-    # a slice at two rows keeps the two sampled cases small on CPU
+    # a slice at two rows keeps the two sampled cases small on CPU (the slice's points are of one stratum)
     out = subprocess.run([sys.executable, "-m", "popcorn.cli", "bench", "fill", "rms_norm", "--limit", "2",
                           "--backend", "torch", "--trials", "1", "--out", str(env / "shards"), "--slice",
-                          "normalized_shape", "dtype=float32", "...=[2]", "eps=0.000001"],
+                          "normalized_shape", "dtype=float32", "...=[2]", "eps=0.000001",
+                          "--stratum", "production-float32-grad"],
                          capture_output=True, text=True, env={**os.environ, "POPCORN_CACHE_DIR": str(env / "cache")},
                          timeout=600)
     assert out.returncode == 0, out.stderr
