@@ -56,7 +56,7 @@ def _positive(text: str) -> int:
 
 
 def _fill(args) -> int:
-    from popcorn.bench.fill import ShardSink, fill
+    from popcorn.bench.fill import ShardSink, fill, write_summary
     from popcorn.kernels import OPS
 
     if _unknown_ops(args.ops, OPS):
@@ -73,6 +73,8 @@ def _fill(args) -> int:
         print(f"popcorn bench fill: {e}", file=sys.stderr)
         return 2
     print(summary.table())
+    if args.out:
+        write_summary(summary, args.out)
     return 130 if summary.interrupted else 0
 
 
@@ -212,7 +214,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="only the plan's cases of this stratum (repeatable), e.g. production-bfloat16-grad; "
                    "--limit then samples among them (`bench plan OP --summary` lists the strata)")
     f.add_argument("--out", metavar="DIR", help="write JSONL shards (DIR/<op>.jsonl) instead of the user cache; "
-                   "cases DIR already holds are skipped; `popcorn bench merge DIR` folds them into the store")
+                   "cases DIR already holds are skipped; `popcorn bench merge DIR` folds them into the store; "
+                   "DIR/fill-summary.json says what the fill did")
     f.add_argument("--workers", type=_positive, metavar="N",
                    help="cases measured side by side: compiles and correctness runs overlap, timing keeps the "
                    "device alone (default: one per two host cores on a GPU, at most 8; 1 on CPU)")

@@ -16,7 +16,9 @@ from popcorn.core.registry import Op
 from .runner import run
 from .sinks import ShardSink, Sink, UserCacheSink  # noqa: F401 - ShardSink: the CLI's --out
 from .summary import ProgressLine, Summary
-from .tasks import CPU_BUDGET_BYTES, REFERENCE_TIMEOUT, device_bytes, plan_tasks, watchdog  # noqa: F401 - fill's limits
+from .tasks import CPU_BUDGET_BYTES, REFERENCE_TIMEOUT, Skip, device_bytes, plan_tasks, watchdog  # noqa: F401 - fill's limits
+
+SUMMARY_FILE = "fill-summary.json"  # what a fill into a shard directory leaves beside its shards
 
 
 def fill(ops: list[Op], *, backends: list[str] | None = None, limit: int | None = None, force: bool = False,
@@ -40,9 +42,25 @@ def fill(ops: list[Op], *, backends: list[str] | None = None, limit: int | None 
         line = ProgressLine(out)
         summary = run(tasks, sink, line, workers=default_workers(device) if workers is None else workers)
         line.end()
+        summary.pairs = [(t.op, t.impl, t.case.case_id, t.grad)
+                         for t in (s.task if isinstance(s, Skip) else s for s in tasks.steps)]
+        summary.unavailable = tasks.unavailable
         return summary
     finally:
         sink.close()
+
+
+def write_summary(summary: Summary, directory) -> None:
+    """Leave ``summary`` as JSON in ``directory`` (a run's shards: ``merge`` reads ``*.jsonl`` alone), atomically."""
+    import json
+    import os
+    from pathlib import Path
+
+    path = Path(directory) / SUMMARY_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{SUMMARY_FILE}.{os.getpid()}")
+    tmp.write_text(json.dumps(summary.as_dict(), indent=1))
+    os.replace(tmp, path)
 
 
 def default_workers(device: str | None = None) -> int:

@@ -74,6 +74,7 @@ class Tasks:
     this order, so its counts and progress read as the plan is worked through."""
 
     steps: list[Task | Skip] = field(default_factory=list)
+    unavailable: dict[str, str] = field(default_factory=dict)  # backend asked for by name -> why it cannot run here
 
     @property
     def todo(self) -> list[Task]:
@@ -96,8 +97,9 @@ def device_bytes(device: torch.device) -> int:
     return CPU_BUDGET_BYTES
 
 
-def backends_for(op: Op, wanted: list[str] | None, out=sys.stderr) -> list[str]:
-    """The reference first, then each installed backend (filtered by ``wanted``); missing ones are named."""
+def backends_for(op: Op, wanted: list[str] | None, out=sys.stderr, problems: dict | None = None) -> list[str]:
+    """The reference first, then each installed backend (filtered by ``wanted``); missing ones are named
+    (and, by implementation name, put in ``problems``)."""
     names = []
     for name, impl in op.implementations.items():
         if name == REFERENCE or (wanted and name not in wanted and name.split(":")[0] not in wanted):
@@ -106,6 +108,8 @@ def backends_for(op: Op, wanted: list[str] | None, out=sys.stderr) -> list[str]:
         if problem:
             if wanted:
                 print(f"{op.name}: {problem}", file=out)
+                if problems is not None:
+                    problems[name] = problem
             continue
         names.append(name)
     if wanted and not names and set(wanted) != {REFERENCE}:
@@ -146,7 +150,7 @@ def plan_tasks(ops: list[Op], cached: Cached | None = None, *, backends: list[st
     _check_strata(ops, strata)
     tasks = Tasks()
     for op in ops:
-        impls = backends_for(op, backends, out)
+        impls = backends_for(op, backends, out, tasks.unavailable)
         the_plan = _plan_of(op, budget, slice_spec, curves, limit, strata)
         if strata and not the_plan.cases:
             print(f"{op.name}: no planned case in {', '.join(strata)} on this device", file=out)

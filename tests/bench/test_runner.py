@@ -80,6 +80,16 @@ def test_strata_select_the_plan_cases_of_those_strata_and_limit_samples_among_th
         plan_tasks([fill_ops.toy_scale], device="cpu", strata=["production-float64-grad"])
 
 
+def test_a_backend_asked_for_but_not_installed_is_named_with_the_reason():
+    from popcorn.kernels import OPS
+
+    if OPS["rms_norm"]["liger"].backend.available:
+        pytest.skip("liger is installed here")
+    tasks = plan_tasks([OPS["rms_norm"]], device="cpu", backends=["liger"], limit=1, out=io.StringIO())
+    assert [t.impl for t in tasks.todo] == ["torch"]
+    assert "pip install 'popcorn[liger]'" in tasks.unavailable["liger"]
+
+
 def test_cli_fill_names_an_unknown_stratum():
     out = subprocess.run([sys.executable, "-m", "popcorn.cli", "bench", "fill", "rms_norm", "--stratum", "bogus"],
                          capture_output=True, text=True, timeout=120)
@@ -163,3 +173,7 @@ def test_cli_fill_out_writes_shards_not_the_user_cache(env):
     rows = store.read_file(env / "shards" / "rms_norm.jsonl")
     assert len(rows) == 2 and {(r.impl, r.status) for r in rows} == {("torch", "pass")}
     assert user_cache_untouched(env)
+    summary = json.loads((env / "shards" / "fill-summary.json").read_text())  # what a sweep partition reports
+    assert summary["measured"] == 2 and summary["counts"] == [{"op": "rms_norm", "impl": "torch", "pass": 2}]
+    assert sorted(tuple(p) for p in summary["pairs"]) == sorted(("rms_norm", "torch", r.case_id, r.grad) for r in rows)
+    assert store.jsonl_files([env / "shards"]) == [env / "shards" / "rms_norm.jsonl"]  # merge reads the shards alone
