@@ -42,9 +42,15 @@ def fill(ops: list[Op], *, backends: list[str] | None = None, limit: int | None 
         line = ProgressLine(out)
         summary = run(tasks, sink, line, workers=default_workers(device) if workers is None else workers)
         line.end()
-        summary.pairs = [(t.op, t.impl, t.case.case_id, t.grad)
-                         for t in (s.task if isinstance(s, Skip) else s for s in tasks.steps)]
+        planned = [s.task if isinstance(s, Skip) else s for s in tasks.steps]
+        summary.pairs = [(t.op, t.impl, t.case.case_id, t.grad) for t in planned]
         summary.unavailable = tasks.unavailable
+        if planned:
+            import torch
+
+            from .api import device_name
+
+            summary.device = device_name(torch.device(planned[0].device))
         return summary
     finally:
         sink.close()

@@ -37,6 +37,7 @@ class Summary:
     busy_s: float | None = None  # seconds the timing lane held the device (parallel fills)
     pairs: list = field(default_factory=list)  # (op, impl, case_id, grad) of every planned pair, in plan order
     unavailable: dict = field(default_factory=dict)  # backend asked for by name -> why it cannot run here
+    device: str | None = None  # the rows' device name (e.g. 'NVIDIA H200'), when a pair was planned
 
     def spent(self, phases: dict) -> None:
         for k, v in phases.items():
@@ -73,7 +74,7 @@ class Summary:
         return {"measured": self.measured, "interrupted": self.interrupted, "workers": self.workers,
                 "wall_s": time.monotonic() - self.started,
                 "counts": [{"op": o, "impl": i, **c} for (o, i), c in self.counts.items()],
-                "pairs": [list(p) for p in self.pairs], "unavailable": dict(self.unavailable)}
+                "pairs": [list(p) for p in self.pairs], "unavailable": dict(self.unavailable), "device": self.device}
 
     def table(self) -> str:
         cols = list(STATUSES) + ["cached", "pruned", "gated"]

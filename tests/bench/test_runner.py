@@ -137,6 +137,16 @@ def test_run_writes_shards_and_a_rerun_skips_them(tmp_path):
     assert again.measured == 0 and again.counts[("toy_scale", "toy:good")] == {"cached": 3}
 
 
+def test_a_cached_reference_row_times_the_backend_rows_of_its_case(tmp_path):
+    shards = ShardSink(tmp_path / "shards")
+    run(plan(shards.cached, backends=["torch"], limit=2), shards)  # the reference alone, as a sweep's reference
+    refs = {r.case_id: r for r in store.read("toy_scale", root=tmp_path / "shards")}
+    summary = run(plan(shards.cached, backends=["toy:good"], limit=2), shards)
+    assert summary.counts[("toy_scale", "torch")] == {"cached": 2} and summary.measured == 2
+    good = [r for r in store.read("toy_scale", root=tmp_path / "shards") if r.impl == "toy:good"]
+    assert len(good) == 2 and all(r.ref_fwd_ms == refs[r.case_id].fwd_ms is not None for r in good)
+
+
 def test_run_merges_into_the_delta_store(tmp_path):
     sink = DeltaSink(str(tmp_path / "store"))
     summary = run(plan(sink.cached, backends=["toy:good"], limit=2), sink)
