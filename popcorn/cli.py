@@ -152,6 +152,28 @@ def _view(args) -> int:
     return run_view(rows, OPS) or (1 if bad else 0)
 
 
+def _sweep(args) -> int:
+    """``popcorn sweep ...`` is ``python -m orchestration.cli ...``: popcorn never imports the Dagster code
+    location (the import contract), so the sweep's commands run in a process of their own."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    if not (root / "orchestration" / "cli.py").exists():
+        print("popcorn sweep runs from a source checkout, where orchestration/ sits beside popcorn/: "
+              "clone the repository and `pip install -e '.[orchestration]'` there", file=sys.stderr)
+        return 2
+    path = [str(root)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    proc = subprocess.Popen([sys.executable, "-m", "orchestration.cli", *(args.args or ["--help"])],
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join(path)})
+    while True:
+        try:
+            return proc.wait()
+        except KeyboardInterrupt:  # the sweep's command hears Ctrl-C too and ends its own way
+            continue
+
+
 def _report_skipped(bad: list) -> None:
     for path, line, why in bad:
         print(f"skipped {path}:{line} ({why})", file=sys.stderr)
@@ -254,8 +276,11 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("--user", action="store_true", help="fold in this machine's user cache")
     v.add_argument("--as-of", type=int, metavar="VERSION", help="the report store at this Delta version")
     v.set_defaults(run=_view)
-    sweep = groups.add_parser("sweep", help="run the full measurement sweep through Dagster, locally or on Slurm")
-    sweep.set_defaults(run=lambda a: sweep.print_help() or 0)
+    sweep = groups.add_parser("sweep", add_help=False, prefix_chars="\0",  # every argument goes to the sweep's CLI
+                              help="run the full measurement sweep through Dagster, locally or on Slurm "
+                              "(submit, watch, resume, status)")
+    sweep.add_argument("args", nargs=argparse.REMAINDER)
+    sweep.set_defaults(run=_sweep)
     return p
 
 
