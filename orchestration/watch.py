@@ -73,8 +73,9 @@ def render(inst: dg.DagsterInstance, backfill: PartitionBackfill) -> str:
     return "\n".join([head] + [p.bar() for p in progress(inst, backfill)])
 
 
-def watch(inst: dg.DagsterInstance, run: str | None, out=sys.stdout) -> int:
+def watch(inst: dg.DagsterInstance, run: str | None, out=None) -> int:
     """Print the sweep's progress until its backfill ends (0: every run succeeded); Ctrl-C stops watching only."""
+    out = out or sys.stdout
     backfill = sweep.find(inst, run)
     if backfill is None:
         print("no sweep to watch: `popcorn sweep submit` starts one", file=out)

@@ -10,7 +10,7 @@ import pytest
 from popcorn.bench import store
 from popcorn.bench.delta import ReportStore
 
-from .conftest import BACKEND, CASE, NEEDS_DAGSTER
+from .conftest import BACKEND, CASE, NEEDS_DAGSTER, REFERENCE_ONLY_CASE
 
 dg = pytest.importorskip("dagster", reason=NEEDS_DAGSTER)
 
@@ -18,7 +18,7 @@ from orchestration.assets.case_plan import case_plan  # noqa: E402
 from orchestration.assets.measurements import measurements  # noqa: E402
 from orchestration.assets.reference import reference  # noqa: E402
 from orchestration.assets.report_store import release_check, report_store  # noqa: E402
-from orchestration.execution import FillJob, LocalExecutor  # noqa: E402
+from orchestration.execution import FillJob, FillResult, LocalExecutor  # noqa: E402
 from orchestration.partitions import MEASUREMENTS, applies, case_key, case_keys, measurement_key, split_case  # noqa: E402
 from orchestration.resources import ReportStoreResource, SweepSettings  # noqa: E402
 
@@ -127,9 +127,30 @@ def test_sweep_partitions_materialize_merge_and_a_second_time_measure_nothing(sw
     assert (shard / "attn.jsonl").stat().st_mtime_ns >= stamp
 
 
-def test_a_backend_with_no_implementation_on_the_op_materializes_empty_without_a_fill(sweep_env, resources):
+class KilledAfterItsRows(LocalExecutor):
+    """The real fill, reported as a job its scheduler killed once its rows were written (a walltime)."""
+
+    def fill(self, context, job):
+        done = super().fill(context, job)
+        return FillResult(137, done.out_dir, "4242", done.log + "\n*** JOB 4242 CANCELLED DUE TO TIME LIMIT ***")
+
+
+def test_a_failed_job_keeps_its_rows_fails_the_partition_and_a_rerun_resumes(sweep_env, resources):
     instance = dg.DagsterInstance.ephemeral(tempdir=str(sweep_env / "dagster"))
-    materialize(instance, resources, [reference], "rms_norm.coverage-float16-grad")
-    result = materialize(instance, resources, [measurements], measurement_key("sdpa", "rms_norm.coverage-float16-grad"))
-    m = meta(result, "measurements")
-    assert m["rows"] == 0 and "no sdpa implementation" in m["note"]
+    killed = {**resources, "executor": KilledAfterItsRows(lease_dir=str(sweep_env / "leases"))}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        failed = dg.materialize(ALL, instance=instance, resources=killed, selection=[reference],
+                                partition_key=REFERENCE_ONLY_CASE, raise_on_error=False)
+    assert not failed.success
+    [failure] = [e for e in failed.all_events if e.is_step_failure]
+    reason = failure.step_failure_data.user_failure_data.description
+    assert "exited with 137" in reason and "the 1 rows it holds stay in" in reason and "TIME LIMIT" in reason
+    merged = materialize(instance, resources, [report_store])  # nothing measured is lost
+    assert meta(merged, "report_store")["rows_merged"] == 1
+    again = meta(materialize(instance, resources, [reference], REFERENCE_ONLY_CASE), "reference")
+    assert again["measured"] == 0 and again["cached"] == 1 and again["rows"] == 1
+
+    # a backend family the op has no implementation of: an empty partition, no fill
+    empty = materialize(instance, resources, [measurements], measurement_key("sdpa", REFERENCE_ONLY_CASE))
+    assert meta(empty, "measurements")["rows"] == 0 and "no sdpa implementation" in meta(empty, "measurements")["note"]
