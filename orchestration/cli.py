@@ -33,23 +33,23 @@ def _positive(text: str) -> int:
 
 
 def _executor_env(tags: dict) -> dict:
-    from .sweep import EXECUTOR
+    from .sweep import EXECUTOR, IMAGE, NODES
 
     env = {"POPCORN_SWEEP_EXECUTOR": tags.get(EXECUTOR, "local")}
-    if "popcorn/nodes" in tags:
-        env["POPCORN_SWEEP_NODES"] = tags["popcorn/nodes"]
-    if "popcorn/container-image" in tags:
-        env["POPCORN_SWEEP_CONTAINER_IMAGE"] = tags["popcorn/container-image"]
+    if NODES in tags:
+        env["POPCORN_SWEEP_NODES"] = tags[NODES]
+    if IMAGE in tags:
+        env["POPCORN_SWEEP_CONTAINER_IMAGE"] = tags[IMAGE]
     return env
 
 
 def _gpus(tags: dict) -> int:
     from .execution import visible_gpus
-    from .sweep import EXECUTOR, GPUS_PER_NODE
+    from .sweep import EXECUTOR, GPUS_PER_NODE, NODES
 
     if tags.get(EXECUTOR) == "local":
         return max(1, len(visible_gpus()))
-    return int(tags.get("popcorn/nodes", 1)) * GPUS_PER_NODE
+    return int(tags.get(NODES, 1)) * GPUS_PER_NODE
 
 
 def _check_executor(tags: dict) -> str | None:
@@ -118,7 +118,7 @@ def submit(args) -> int:
     options = sweep.Options(local=args.local, nodes=args.nodes or sweep.DEFAULT_NODES, phases=args.phases,
                             ops=args.ops, strata=args.strata, curves_only=args.curves_only, reps=args.reps,
                             limit=args.limit, timeout=args.timeout, container_image=args.container_image,
-                            everything=args.all)
+                            everything=args.all, device=sweep.local_device() if args.local else None)
     tags = options.tags()
     problem = _check_executor(tags)
     if problem:
@@ -171,7 +171,7 @@ def resume(args) -> int:
             if tags.get(sweep.EXECUTOR) == "local":
                 print("popcorn sweep: container execution is not supported with --local", file=sys.stderr)
                 return 2
-            tags["popcorn/container-image"] = args.container_image
+            tags[sweep.IMAGE] = args.container_image
         problem = _check_executor(tags)
         if problem:
             print(f"popcorn sweep: {problem}", file=sys.stderr)

@@ -79,7 +79,8 @@ def metadata(rows: list[Record], summary: dict | None, seeded: int, job, result,
     meta = {"rows": len(rows), **{s: by_status.get(s, 0) for s in STATUSES}, "seeded_rows": seeded,
             "shards": dg.MetadataValue.path(job.out_dir),
             "options": dg.MetadataValue.json({"limit": job.limit, "curves_only": job.curves_only,
-                                              "trials": job.trials, "timeout": job.timeout})}
+                                              "trials": job.trials, "timeout": job.timeout,
+                                              "device": (summary or {}).get("device")})}
     if summary is not None:
         counts = Counter()
         for c in summary.get("counts", []):

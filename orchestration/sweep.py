@@ -31,6 +31,9 @@ SWEEP = "popcorn/sweep"  # every backfill of a sweep: the id of its first backfi
 RESUMES = "popcorn/resumes"  # a resume's backfill: the backfill it resumes
 MERGES = "popcorn/merges-after"  # the merge launched after a backfill that ended with failures
 EXECUTOR = "popcorn/executor"
+DEVICE = "popcorn/device-name"  # a local sweep's device: partitions materialized on another are not done
+NODES = "popcorn/nodes"
+IMAGE = "popcorn/container-image"
 REFERENCE_PHASE = "reference"
 MAX_NODES, DEFAULT_NODES, GPUS_PER_NODE = 10, 6, 8
 ACTIVE = (BulkActionStatus.REQUESTED, BulkActionStatus.CANCELING, BulkActionStatus.FAILING)
@@ -78,25 +81,37 @@ class Options:
     timeout: float = 300.0
     container_image: str | None = None
     everything: bool = False  # also partitions already materialized (each then measures only what it lacks)
+    device: str | None = None  # the device name a local sweep's rows carry (Slurm: not known here)
 
     def tags(self) -> dict[str, str]:
         tags = {EXECUTOR: "local" if self.local else "slurm", tag("curves_only"): str(self.curves_only).lower(),
                 tag("trials"): str(self.reps), tag("timeout"): f"{self.timeout:g}",
                 tag("limit"): "none" if self.limit is None else str(self.limit)}
         if not self.local:
-            tags["popcorn/nodes"] = str(self.nodes)
+            tags[NODES] = str(self.nodes)
         if self.container_image:
-            tags["popcorn/container-image"] = self.container_image
+            tags[IMAGE] = self.container_image
+        if self.device:
+            tags[DEVICE] = self.device
         return tags
 
     def fill_options(self) -> dict:
-        return {"limit": self.limit, "curves_only": self.curves_only, "trials": self.reps}
+        return fill_options_of(self.tags())
 
 
 def fill_options_of(tags: dict) -> dict:
     limit = tags.get(tag("limit"), "none")
     return {"limit": None if limit == "none" else int(limit), "curves_only": tags.get(tag("curves_only")) == "true",
-            "trials": int(tags.get(tag("trials"), 10))}
+            "trials": int(tags.get(tag("trials"), 10)), "device": tags.get(DEVICE)}
+
+
+def local_device() -> str:
+    """The device name this machine's fills give their rows (its first visible GPU, else its CPU)."""
+    import torch
+
+    from popcorn.bench.api import device_name
+
+    return device_name(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
 
 
 def phases_of(options: Options) -> tuple[list[str], dict[str, str]]:
@@ -134,12 +149,14 @@ def selected_cases(options: Options) -> list[str]:
 
 def covers(done: dict | None, wanted: dict) -> bool:
     """Whether a partition materialized with options ``done`` holds what ``wanted`` asks for: all cases
-    (or the same sample), every case when ``wanted`` is more than the curves, at least as many trials."""
+    (or the same sample), every case when ``wanted`` is more than the curves, at least as many trials, and
+    on the wanted device when one is named."""
     if done is None:
         return False
     return ((done.get("limit") is None or done.get("limit") == wanted["limit"])
             and (not done.get("curves_only") or wanted["curves_only"])
-            and int(done.get("trials") or 0) >= wanted["trials"])
+            and int(done.get("trials") or 0) >= wanted["trials"]
+            and (wanted.get("device") is None or done.get("device") == wanted["device"]))
 
 
 def _options_by_partition(inst: dg.DagsterInstance, key: dg.AssetKey) -> dict[str, dict | None]:

@@ -28,15 +28,16 @@ def fill(ops: list[Op], *, backends: list[str] | None = None, limit: int | None 
     """Measure the plan of each op for the reference and every installed backend; returns the Summary.
 
     ``curves``: the named curves alone (a release fill). ``strata``: the plan's cases of these strata alone
-    (a sweep partition's). Pairs a static gate or forward-only flag
-    excludes are counted as ``gated`` and never reach the worker. ``sink``: where rows go and what
+    (a sweep partition's). Pairs a static gate or forward-only flag excludes are counted as ``gated`` and
+    never reach the worker. ``sink``: where rows go and what
     counts as cached (default: the user cache). ``workers``: cases measured side by side (default:
     :func:`default_workers` for the device)."""
     sink = sink or UserCacheSink()
     try:
         try:
             tasks = plan_tasks(ops, sink.cached, backends=backends, limit=limit, slice_spec=slice_spec,
-                               curves=curves, strata=strata, force=force, timeout=timeout, trials=trials, device=device, out=out)
+                               curves=curves, strata=strata, force=force, timeout=timeout, trials=trials,
+                               device=device, out=out)
         except KeyboardInterrupt:
             return Summary(interrupted=True)
         line = ProgressLine(out)
@@ -45,12 +46,11 @@ def fill(ops: list[Op], *, backends: list[str] | None = None, limit: int | None 
         planned = [s.task if isinstance(s, Skip) else s for s in tasks.steps]
         summary.pairs = [(t.op, t.impl, t.case.case_id, t.grad) for t in planned]
         summary.unavailable = tasks.unavailable
-        if planned:
-            import torch
+        import torch
 
-            from .api import device_name
+        from .api import device_name
 
-            summary.device = device_name(torch.device(planned[0].device))
+        summary.device = device_name(torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu")))
         return summary
     finally:
         sink.close()

@@ -37,7 +37,7 @@ class Summary:
     busy_s: float | None = None  # seconds the timing lane held the device (parallel fills)
     pairs: list = field(default_factory=list)  # (op, impl, case_id, grad) of every planned pair, in plan order
     unavailable: dict = field(default_factory=dict)  # backend asked for by name -> why it cannot run here
-    device: str | None = None  # the rows' device name (e.g. 'NVIDIA H200'), when a pair was planned
+    device: str | None = None  # the device name its rows carry (e.g. 'NVIDIA H200')
 
     def spent(self, phases: dict) -> None:
         for k, v in phases.items():

@@ -3,6 +3,7 @@ instance, one sweep at a time, watch it to the end, then status; a second submit
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -54,6 +55,43 @@ def stop_supervisor(home: Path, wait_s: float = 120) -> bool:
     return False
 
 
+def interrupted_watch(env, seconds: float = 180) -> subprocess.CompletedProcess:
+    """`popcorn sweep watch` in a session of its own, sent SIGINT (a terminal's Ctrl-C) once it shows progress."""
+    proc = subprocess.Popen([sys.executable, "-m", "popcorn.cli", "sweep", "watch"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    seen, deadline = [], time.monotonic() + seconds
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([proc.stdout], [], [], 1.0)
+            if ready:
+                line = proc.stdout.readline()
+                seen.append(line)
+                if line.startswith("  reference") or not line:
+                    break
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, "".join(seen) + out, err)
+
+
+def test_a_partition_is_done_only_when_materialized_with_options_as_wide_on_the_device_asked_for():
+    from orchestration.sweep import covers
+
+    wanted = {"limit": None, "curves_only": False, "trials": 10, "device": "NVIDIA H200"}
+    assert covers({"limit": None, "curves_only": False, "trials": 10, "device": "NVIDIA H200"}, wanted)
+    assert not covers(None, wanted)
+    assert not covers({"limit": 1, "curves_only": False, "trials": 10, "device": "NVIDIA H200"}, wanted)
+    assert not covers({"limit": None, "curves_only": True, "trials": 10, "device": "NVIDIA H200"}, wanted)
+    assert not covers({"limit": None, "curves_only": False, "trials": 1, "device": "NVIDIA H200"}, wanted)
+    assert not covers({"limit": None, "curves_only": False, "trials": 10, "device": "cpu:ci"}, wanted)
+    assert covers({"limit": None, "curves_only": False, "trials": 10, "device": "cpu:ci"}, {**wanted, "device": None})
+    assert covers({"limit": None, "curves_only": False, "trials": 10}, {**wanted, "limit": 2, "curves_only": True,
+                                                                         "device": None})
+
+
 def test_submit_arguments_are_checked_before_anything_is_launched(home, capsys):
     with pytest.raises(SystemExit):
         cli.main(["submit", "--nodes", "11"])
@@ -80,6 +118,8 @@ def test_a_local_sweep_runs_to_the_end_one_at_a_time_and_a_rerun_launches_nothin
 
     assert cli.main(["submit", *TINY]) == 1  # one sweep at a time
     assert "is running (one at a time)" in capsys.readouterr().err
+    stopped = interrupted_watch(env={**os.environ})  # Ctrl-C on a watcher stops the watcher alone
+    assert stopped.returncode == 0 and "the sweep goes on" in stopped.stdout, stopped.stdout + stopped.stderr
 
     assert cli.main(["watch"]) == 0, (home / "popcorn-sweep" / "daemon.log").read_text()[-3000:]
     watched = capsys.readouterr().out
@@ -93,6 +133,9 @@ def test_a_local_sweep_runs_to_the_end_one_at_a_time_and_a_rerun_launches_nothin
 
     assert cli.main(["submit", *TINY]) == 0
     assert "nothing to do" in capsys.readouterr().out
+    from dagster import AssetKey, DagsterInstance
+
+    assert DagsterInstance.get().get_latest_materialization_event(AssetKey("published_report")) is None  # never
     assert cli.main(["resume"]) == 0
     assert "nothing to resume" in capsys.readouterr().out
     assert stop_supervisor(home), "the supervisor did not stop once no sweep was active"
