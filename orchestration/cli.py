@@ -208,14 +208,30 @@ def status(args) -> int:
         daemon = "no Dagster daemon (a submit or resume starts one)"
     store = ReportStore()
     print(f"instance: {home}; {daemon}")
-    print(f"store: {store.uri} (version {store.version if store.exists() else 'none yet'}); "
-          f"gpu pool: {inst.event_log_storage.get_concurrency_info(GPU_POOL).slot_count} slot(s)")
+    pool = (f"{inst.event_log_storage.get_concurrency_info(GPU_POOL).slot_count} slot(s)"
+            if GPU_POOL in inst.event_log_storage.get_concurrency_keys() else "no limit set")
+    print(f"store: {store.uri} (version {store.version if store.exists() else 'none yet'}); gpu pool: {pool}")
+    check = _release_verdict(inst)
+    if check:
+        print(f"release check at the last merge: {check}")
     last = sweep.find(inst, None)
     if last is None:
         print("no sweep yet: `popcorn sweep submit` starts one")
         return 0
     print(render(inst, last))
     return 0
+
+
+def _release_verdict(inst) -> str | None:
+    import dagster as dg
+
+    key = dg.AssetCheckKey(dg.AssetKey("report_store"), "release_check")
+    record = inst.event_log_storage.get_latest_asset_check_execution_by_key([key]).get(key)
+    evaluation = record.event.asset_check_evaluation if record is not None and record.event is not None else None
+    if evaluation is None:
+        return None
+    verdict = evaluation.metadata.get("verdict")
+    return verdict.value if verdict is not None else ("passed" if evaluation.passed else "FAILED")
 
 
 def parser() -> argparse.ArgumentParser:

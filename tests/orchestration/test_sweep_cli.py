@@ -130,6 +130,7 @@ def test_a_local_sweep_runs_to_the_end_one_at_a_time_and_a_rerun_launches_nothin
     assert cli.main(["status"]) == 0  # what `popcorn sweep status` runs
     status = capsys.readouterr().out
     assert "COMPLETED_SUCCESS" in status and "merge        [" in status and "store: " in status
+    assert "release check at the last merge: records:" in status  # compile was never measured: FAILED
 
     assert cli.main(["submit", *TINY]) == 0
     assert "nothing to do" in capsys.readouterr().out
