@@ -11,7 +11,6 @@ timings (``ref_*``), while correctness still runs the reference.
 from __future__ import annotations
 
 import statistics
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -53,9 +52,9 @@ def fill_partition(context, *, sweep: SweepSettings, executor: Executor, store: 
     held += [r for d in seed_dirs for r in shards.rows_in(d, op) if r.impl == REFERENCE]
     seeded = shards.seed(out_dir, held)
     job = sweep.job(context, op, (backend or REFERENCE,), stratum, out_dir)
-    started = time.time()
+    shards.forget_summary(out_dir)  # a summary there afterwards is this job's (no clocks compared across hosts)
     result = executor.fill(context, job)
-    summary = shards.summary(out_dir, started)
+    summary = shards.summary(out_dir)
     rows = shards.partition_rows(out_dir, op, impls, summary)
     meta = metadata(rows, summary, seeded, job, result, reference=backend is None)
     if result.returncode != 0:

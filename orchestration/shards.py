@@ -44,13 +44,15 @@ def rows_in(directory: Path, op: str) -> list[Record]:
     return store.read(op, root=directory, bad=[])
 
 
-def summary(directory: Path, since: float) -> dict | None:
-    """The fill-summary.json a fill wrote into ``directory`` at or after ``since`` (a time.time()), or None."""
-    path = directory / SUMMARY_FILE
+def forget_summary(directory: Path) -> None:
+    """Remove the last fill's fill-summary.json, before the next fill writes its own."""
+    (directory / SUMMARY_FILE).unlink(missing_ok=True)
+
+
+def summary(directory: Path) -> dict | None:
+    """The fill-summary.json of the fill that ran into ``directory``, or None (it ended before writing one)."""
     try:
-        if path.stat().st_mtime < since:
-            return None
-        return json.loads(path.read_text())
+        return json.loads((directory / SUMMARY_FILE).read_text())
     except (FileNotFoundError, ValueError):
         return None
 

@@ -177,16 +177,22 @@ def _options_by_partition(inst: dg.DagsterInstance, key: dg.AssetKey) -> dict[st
 
 def targets(inst: dg.DagsterInstance, options: Options) -> tuple[list[AssetKeyPartitionKey], dict[str, str]]:
     """The asset partitions a submit launches (report_store last, when there is anything), and the skipped
-    phases with why."""
+    phases with why. A measurement launched brings its case's reference partition when that is not done
+    (a measurement reads it), whether or not the reference phase was asked for."""
     phases, skipped = phases_of(options)
     cases = selected_cases(options)
-    wanted = {ASSETS["reference"]: cases if REFERENCE_PHASE in phases else [],
-              ASSETS["measurements"]: [str(measurement_key(b, c)) for b in phases if b != REFERENCE_PHASE
-                                       for c in cases if applies(b, c)]}
-    out = []
-    for key, partitions in wanted.items():
+    wanted = options.fill_options()
+
+    def todo(key: dg.AssetKey, partitions: list[str]) -> list[str]:
         done = {} if options.everything else _options_by_partition(inst, key)
-        out += [AssetKeyPartitionKey(key, p) for p in partitions if not covers(done.get(p), options.fill_options())]
+        return [p for p in partitions if not covers(done.get(p), wanted)]
+
+    measure = todo(ASSETS["measurements"], [str(measurement_key(b, c)) for b in phases if b != REFERENCE_PHASE
+                                            for c in cases if applies(b, c)])
+    needed = set(cases) if REFERENCE_PHASE in phases else {p.split("|", 1)[1] for p in measure}
+    refs = todo(ASSETS["reference"], [c for c in cases if c in needed])
+    out = ([AssetKeyPartitionKey(ASSETS["reference"], p) for p in refs]
+           + [AssetKeyPartitionKey(ASSETS["measurements"], p) for p in measure])
     if out:
         out.append(AssetKeyPartitionKey(ASSETS["report_store"], None))
     return out, skipped

@@ -92,6 +92,19 @@ def test_a_partition_is_done_only_when_materialized_with_options_as_wide_on_the_
                                                                          "device": None})
 
 
+def test_a_measurement_brings_its_reference_partition_when_that_is_not_done(tmp_path):
+    from dagster import DagsterInstance
+
+    from orchestration.sweep import Options, targets
+
+    parts, skipped = targets(DagsterInstance.ephemeral(tempdir=str(tmp_path)),
+                             Options(phases=["compile", "sdpa"], ops=["rms_norm"], strata=["production-bfloat16-grad"]))
+    assert [(p.asset_key.path[-1], p.partition_key) for p in parts] == [
+        ("reference", "rms_norm.production-bfloat16-grad"), ("measurements", "compile|rms_norm.production-bfloat16-grad"),
+        ("report_store", None)]  # sdpa has no rms_norm implementation: no partition
+    assert skipped == {}
+
+
 def test_submit_arguments_are_checked_before_anything_is_launched(home, capsys):
     with pytest.raises(SystemExit):
         cli.main(["submit", "--nodes", "11"])
