@@ -64,6 +64,8 @@ def _check_executor(tags: dict) -> str | None:
         slurm_executor()
     except RuntimeError as e:
         return str(e)
+    except Exception as e:  # noqa: BLE001 - its configuration (the environment) is the Slurm executor's own
+        return f"the Slurm executor cannot be set up here: {type(e).__name__}: {e}"
     return None
 
 

@@ -186,6 +186,9 @@ def executor_from_env() -> Executor:
 
 
 def slurm_executor() -> Executor:
+    """``orchestration.slurm.SlurmExecutor()``, configured from the environment: ``popcorn sweep`` gives its
+    daemon POPCORN_SWEEP_NODES and POPCORN_SWEEP_CONTAINER_IMAGE, and every run the tags popcorn/nodes and
+    popcorn/container-image."""
     try:
         from orchestration.slurm import SlurmExecutor
     except ModuleNotFoundError as e:
