@@ -56,7 +56,7 @@ def _positive(text: str) -> int:
 
 
 def _fill(args) -> int:
-    from popcorn.bench.fill import ShardSink, fill
+    from popcorn.bench.fill import ShardSink, fill, write_summary
     from popcorn.kernels import OPS
 
     if _unknown_ops(args.ops, OPS):
@@ -68,11 +68,13 @@ def _fill(args) -> int:
     try:
         summary = fill(ops, backends=args.backend, limit=args.limit, force=args.force, timeout=args.timeout,
                        slice_spec=args.slice, trials=args.trials, device=args.device, curves=args.curves_only,
-                       sink=ShardSink(args.out) if args.out else None, workers=args.workers)
+                       strata=args.stratum, sink=ShardSink(args.out) if args.out else None, workers=args.workers)
     except ValueError as e:
         print(f"popcorn bench fill: {e}", file=sys.stderr)
         return 2
     print(summary.table())
+    if args.out:
+        write_summary(summary, args.out)
     return 130 if summary.interrupted else 0
 
 
@@ -150,6 +152,28 @@ def _view(args) -> int:
     return run_view(rows, OPS) or (1 if bad else 0)
 
 
+def _sweep(args) -> int:
+    """``popcorn sweep ...`` is ``python -m orchestration.cli ...``: popcorn never imports the Dagster code
+    location (the import contract), so the sweep's commands run in a process of their own."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    if not (root / "orchestration" / "cli.py").exists():
+        print("popcorn sweep runs from a source checkout, where orchestration/ sits beside popcorn/: "
+              "clone the repository and `pip install -e '.[orchestration]'` there", file=sys.stderr)
+        return 2
+    path = [str(root)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    proc = subprocess.Popen([sys.executable, "-m", "orchestration.cli", *(args.args or ["--help"])],
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join(path)})
+    while True:
+        try:
+            return proc.wait()
+        except KeyboardInterrupt:  # the sweep's command hears Ctrl-C too and ends its own way
+            continue
+
+
 def _report_skipped(bad: list) -> None:
     for path, line, why in bad:
         print(f"skipped {path}:{line} ({why})", file=sys.stderr)
@@ -208,8 +232,12 @@ def _parser() -> argparse.ArgumentParser:
     f.add_argument("--device", help="cuda or cpu (default: cuda when available)")
     f.add_argument("--curves-only", action="store_true",
                    help="the named production and long-context curves alone (release fills)")
+    f.add_argument("--stratum", action="append", metavar="NAME",
+                   help="only the plan's cases of this stratum (repeatable), e.g. production-bfloat16-grad; "
+                   "--limit then samples among them (`bench plan OP --summary` lists the strata)")
     f.add_argument("--out", metavar="DIR", help="write JSONL shards (DIR/<op>.jsonl) instead of the user cache; "
-                   "cases DIR already holds are skipped; `popcorn bench merge DIR` folds them into the store")
+                   "cases DIR already holds are skipped; `popcorn bench merge DIR` folds them into the store; "
+                   "DIR/fill-summary.json says what the fill did")
     f.add_argument("--workers", type=_positive, metavar="N",
                    help="cases measured side by side: compiles and correctness runs overlap, timing keeps the "
                    "device alone (default: one per two host cores on a GPU, at most 8; 1 on CPU)")
@@ -248,8 +276,11 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("--user", action="store_true", help="fold in this machine's user cache")
     v.add_argument("--as-of", type=int, metavar="VERSION", help="the report store at this Delta version")
     v.set_defaults(run=_view)
-    sweep = groups.add_parser("sweep", help="run the full measurement sweep through Dagster, locally or on Slurm")
-    sweep.set_defaults(run=lambda a: sweep.print_help() or 0)
+    sweep = groups.add_parser("sweep", add_help=False, prefix_chars="\0",  # every argument goes to the sweep's CLI
+                              help="run the full measurement sweep through Dagster, locally or on Slurm "
+                              "(submit, watch, resume, status)")
+    sweep.add_argument("args", nargs=argparse.REMAINDER)
+    sweep.set_defaults(run=_sweep)
     return p
 
 

@@ -16,31 +16,57 @@ from popcorn.core.registry import Op
 from .runner import run
 from .sinks import ShardSink, Sink, UserCacheSink  # noqa: F401 - ShardSink: the CLI's --out
 from .summary import ProgressLine, Summary
-from .tasks import CPU_BUDGET_BYTES, REFERENCE_TIMEOUT, device_bytes, plan_tasks, watchdog  # noqa: F401 - fill's limits
+from .tasks import CPU_BUDGET_BYTES, REFERENCE_TIMEOUT, Skip, device_bytes, plan_tasks, watchdog  # noqa: F401 - fill's limits
+
+SUMMARY_FILE = "fill-summary.json"  # what a fill into a shard directory leaves beside its shards
 
 
 def fill(ops: list[Op], *, backends: list[str] | None = None, limit: int | None = None, force: bool = False,
          timeout: float = 300.0, slice_spec: list[str] | None = None, trials: int = 10,
-         device: str | None = None, curves: bool = False, out=sys.stderr, sink: Sink | None = None, workers: int | None = None) -> Summary:
+         device: str | None = None, curves: bool = False, strata: list[str] | None = None, out=sys.stderr,
+         sink: Sink | None = None, workers: int | None = None) -> Summary:
     """Measure the plan of each op for the reference and every installed backend; returns the Summary.
 
-    ``curves``: the named curves alone (a release fill). Pairs a static gate or forward-only flag
-    excludes are counted as ``gated`` and never reach the worker. ``sink``: where rows go and what
+    ``curves``: the named curves alone (a release fill). ``strata``: the plan's cases of these strata alone
+    (a sweep partition's). Pairs a static gate or forward-only flag excludes are counted as ``gated`` and
+    never reach the worker. ``sink``: where rows go and what
     counts as cached (default: the user cache). ``workers``: cases measured side by side (default:
     :func:`default_workers` for the device)."""
     sink = sink or UserCacheSink()
     try:
         try:
             tasks = plan_tasks(ops, sink.cached, backends=backends, limit=limit, slice_spec=slice_spec,
-                               curves=curves, force=force, timeout=timeout, trials=trials, device=device, out=out)
+                               curves=curves, strata=strata, force=force, timeout=timeout, trials=trials,
+                               device=device, out=out)
         except KeyboardInterrupt:
             return Summary(interrupted=True)
         line = ProgressLine(out)
         summary = run(tasks, sink, line, workers=default_workers(device) if workers is None else workers)
         line.end()
+        planned = [s.task if isinstance(s, Skip) else s for s in tasks.steps]
+        summary.pairs = [(t.op, t.impl, t.case.case_id, t.grad) for t in planned]
+        summary.unavailable = tasks.unavailable
+        import torch
+
+        from .api import device_name
+
+        summary.device = device_name(torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu")))
         return summary
     finally:
         sink.close()
+
+
+def write_summary(summary: Summary, directory) -> None:
+    """Leave ``summary`` as JSON in ``directory`` (a run's shards: ``merge`` reads ``*.jsonl`` alone), atomically."""
+    import json
+    import os
+    from pathlib import Path
+
+    path = Path(directory) / SUMMARY_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{SUMMARY_FILE}.{os.getpid()}")
+    tmp.write_text(json.dumps(summary.as_dict(), indent=1))
+    os.replace(tmp, path)
 
 
 def default_workers(device: str | None = None) -> int:

@@ -25,10 +25,10 @@ def summarize(op, device_bytes: int, *, curves: bool = False, strata: list[str] 
     the_plan = planning.case_plan(op, device_bytes)
     if curves:
         the_plan = planning.curves_only(the_plan)
+    if strata:
+        the_plan = planning.only_strata(the_plan, strata)
     out = PlanSummary(op.name, device_bytes, curves=the_plan.curves, dropped=the_plan.dropped)
     for p in the_plan.cases:
-        if strata and p.stratum not in strata:
-            continue
         out.strata.setdefault(p.stratum, []).append(p)
         out.footprint[(p.case.case_id, p.grad)] = planning.footprint(op, p.case, p.grad)
     for name, impl in op.implementations.items():

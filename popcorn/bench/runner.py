@@ -89,6 +89,8 @@ class _Runner:
                 self.summary.add(task.op, task.impl, step.why)
                 if step.row is not None:
                     self.learn(task, step.row, -1)
+                    if task.impl == REFERENCE:  # a reusable reference row times the case's backends
+                        self.refs[(task.op, task.case.case_id, task.grad)] = step.row
             else:
                 groups.setdefault((task.op, task.case.case_id, task.grad, task.device), []).append((order, task))
                 self.left[task.op] = self.left.get(task.op, 0) + 1

@@ -35,6 +35,9 @@ class Summary:
     workers: int = 1
     phases: dict = field(default_factory=dict)  # phase -> worker seconds
     busy_s: float | None = None  # seconds the timing lane held the device (parallel fills)
+    pairs: list = field(default_factory=list)  # (op, impl, case_id, grad) of every planned pair, in plan order
+    unavailable: dict = field(default_factory=dict)  # backend asked for by name -> why it cannot run here
+    device: str | None = None  # the device name its rows carry (e.g. 'NVIDIA H200')
 
     def spent(self, phases: dict) -> None:
         for k, v in phases.items():
@@ -65,6 +68,13 @@ class Summary:
                 for k, v in c.items():
                     statuses[k] = statuses.get(k, 0) + v
         return statuses
+
+    def as_dict(self) -> dict:
+        """The summary as plain data (what ``bench fill --out DIR`` leaves in ``DIR/fill-summary.json``)."""
+        return {"measured": self.measured, "interrupted": self.interrupted, "workers": self.workers,
+                "wall_s": time.monotonic() - self.started,
+                "counts": [{"op": o, "impl": i, **c} for (o, i), c in self.counts.items()],
+                "pairs": [list(p) for p in self.pairs], "unavailable": dict(self.unavailable), "device": self.device}
 
     def table(self) -> str:
         cols = list(STATUSES) + ["cached", "pruned", "gated"]

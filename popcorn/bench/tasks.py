@@ -74,6 +74,7 @@ class Tasks:
     this order, so its counts and progress read as the plan is worked through."""
 
     steps: list[Task | Skip] = field(default_factory=list)
+    unavailable: dict[str, str] = field(default_factory=dict)  # backend asked for by name -> why it cannot run here
 
     @property
     def todo(self) -> list[Task]:
@@ -96,8 +97,9 @@ def device_bytes(device: torch.device) -> int:
     return CPU_BUDGET_BYTES
 
 
-def backends_for(op: Op, wanted: list[str] | None, out=sys.stderr) -> list[str]:
-    """The reference first, then each installed backend (filtered by ``wanted``); missing ones are named."""
+def backends_for(op: Op, wanted: list[str] | None, out=sys.stderr, problems: dict | None = None) -> list[str]:
+    """The reference first, then each installed backend (filtered by ``wanted``); missing ones are named
+    (and, by implementation name, put in ``problems``)."""
     names = []
     for name, impl in op.implementations.items():
         if name == REFERENCE or (wanted and name not in wanted and name.split(":")[0] not in wanted):
@@ -106,6 +108,8 @@ def backends_for(op: Op, wanted: list[str] | None, out=sys.stderr) -> list[str]:
         if problem:
             if wanted:
                 print(f"{op.name}: {problem}", file=out)
+                if problems is not None:
+                    problems[name] = problem
             continue
         names.append(name)
     if wanted and not names and set(wanted) != {REFERENCE}:
@@ -133,18 +137,23 @@ def watchdog(op: Op, impl: str, planned: planning.Planned, timeout: float) -> fl
 
 def plan_tasks(ops: list[Op], cached: Cached | None = None, *, backends: list[str] | None = None,
                limit: int | None = None, slice_spec: list[str] | None = None, curves: bool = False,
-               force: bool = False, timeout: float = 300.0, trials: int = 10, device: str | None = None,
-               budget: int | None = None, out=sys.stderr) -> Tasks:
-    """The fill's Tasks: each op's plan (``slice_spec``, ``curves``, ``limit`` as in ``bench fill``) for
-    the reference and every installed backend, in plan order. Pairs ``cached`` already holds as reusable
-    rows of this device and today's code (unless ``force``) and pairs a static gate or forward-only flag
-    excludes are skipped. ``budget``: the device memory the plan fits cases to (default: the device's)."""
+               strata: list[str] | None = None, force: bool = False, timeout: float = 300.0, trials: int = 10,
+               device: str | None = None, budget: int | None = None, out=sys.stderr) -> Tasks:
+    """The fill's Tasks: each op's plan (``slice_spec``, ``curves``, ``strata``, ``limit`` as in ``bench
+    fill``) for the reference and every installed backend, in plan order. Pairs ``cached`` already holds as
+    reusable rows of this device and today's code (unless ``force``) and pairs a static gate or
+    forward-only flag excludes are skipped. ``strata``: only the plan's cases of these strata (``limit``
+    then samples among them); ValueError names a stratum no op could have. ``budget``: the device memory
+    the plan fits cases to (default: the device's)."""
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     budget = device_bytes(dev) if budget is None else budget
+    _check_strata(ops, strata)
     tasks = Tasks()
     for op in ops:
-        impls = backends_for(op, backends, out)
-        the_plan = _plan_of(op, budget, slice_spec, curves, limit)
+        impls = backends_for(op, backends, out, tasks.unavailable)
+        the_plan = _plan_of(op, budget, slice_spec, curves, limit, strata)
+        if strata and not the_plan.cases:
+            print(f"{op.name}: no planned case in {', '.join(strata)} on this device", file=out)
         held = {} if force or cached is None else _reusable(op, cached, device_name(dev), out)
         steps = []
         for p in the_plan.cases:
@@ -162,7 +171,17 @@ def plan_tasks(ops: list[Op], cached: Cached | None = None, *, backends: list[st
     return tasks
 
 
-def _plan_of(op: Op, budget: int, slice_spec, curves: bool, limit: int | None) -> planning.Plan:
+def _check_strata(ops: list[Op], strata: list[str] | None) -> None:
+    known = {s for op in ops for s in planning.strata_of(op)}
+    unknown = [s for s in strata or () if s not in known]
+    if unknown:
+        raise ValueError(f"no op named here has stratum {', '.join(map(repr, unknown))}: a stratum is "
+                         "PROFILE-DTYPE-grad|fwd (PROFILE: coverage, production or long), e.g. "
+                         "production-bfloat16-grad; `popcorn bench plan OP --summary` lists an op's strata")
+
+
+def _plan_of(op: Op, budget: int, slice_spec, curves: bool, limit: int | None,
+             strata: list[str] | None = None) -> planning.Plan:
     if slice_spec:
         axis, context = parse_slice(op, slice_spec)
         the_plan = planning.slice_cases(op, axis, context, budget)
@@ -170,6 +189,8 @@ def _plan_of(op: Op, budget: int, slice_spec, curves: bool, limit: int | None) -
         the_plan = planning.case_plan(op, budget)
     if curves:
         the_plan = planning.curves_only(the_plan)
+    if strata:
+        the_plan = planning.only_strata(the_plan, strata)
     if limit:
         the_plan = planning.sample(the_plan, limit)
     return the_plan

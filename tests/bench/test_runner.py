@@ -64,6 +64,38 @@ def test_planning_skips_cached_and_gated_pairs():
     assert len(forced.todo) == 2 * cases
 
 
+def test_strata_select_the_plan_cases_of_those_strata_and_limit_samples_among_them():
+    whole = plan_tasks([fill_ops.toy_scale], device="cpu", trials=1, backends=["toy:good"])
+    wanted = ["production-bfloat16-grad", "coverage-float16-grad"]
+    chosen = plan_tasks([fill_ops.toy_scale], device="cpu", trials=1, backends=["toy:good"], strata=wanted)
+    assert [(t.impl, t.case.case_id) for t in chosen.todo] == \
+        [(t.impl, t.case.case_id) for t in whole.todo if t.stratum in wanted]  # plan order kept
+    sampled = plan_tasks([fill_ops.toy_scale], device="cpu", trials=1, backends=["toy:good"],
+                         strata=["production-bfloat16-grad"], limit=2)
+    assert len(sampled.todo) == 4 and {t.stratum for t in sampled.todo} == {"production-bfloat16-grad"}
+    out = io.StringIO()
+    none = plan_tasks([fill_ops.toy_scale], device="cpu", backends=["toy:good"], strata=["long-float32-fwd"], out=out)
+    assert not none.steps and "toy_scale: no planned case in long-float32-fwd on this device" in out.getvalue()
+    with pytest.raises(ValueError, match="no op named here has stratum 'production-float64-grad'"):
+        plan_tasks([fill_ops.toy_scale], device="cpu", strata=["production-float64-grad"])
+
+
+def test_a_backend_asked_for_but_not_installed_is_named_with_the_reason():
+    from popcorn.kernels import OPS
+
+    if OPS["rms_norm"]["liger"].backend.available:
+        pytest.skip("liger is installed here")
+    tasks = plan_tasks([OPS["rms_norm"]], device="cpu", backends=["liger"], limit=1, out=io.StringIO())
+    assert [t.impl for t in tasks.todo] == ["torch"]
+    assert "pip install 'popcorn[liger]'" in tasks.unavailable["liger"]
+
+
+def test_cli_fill_names_an_unknown_stratum():
+    out = subprocess.run([sys.executable, "-m", "popcorn.cli", "bench", "fill", "rms_norm", "--stratum", "bogus"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "no op named here has stratum 'bogus'" in out.stderr
+
+
 def test_the_all_cached_hint_and_unreadable_lines_are_named():
     out = io.StringIO()
     tasks = plan(backends=["toy:gated"])
@@ -105,6 +137,16 @@ def test_run_writes_shards_and_a_rerun_skips_them(tmp_path):
     assert again.measured == 0 and again.counts[("toy_scale", "toy:good")] == {"cached": 3}
 
 
+def test_a_cached_reference_row_times_the_backend_rows_of_its_case(tmp_path):
+    shards = ShardSink(tmp_path / "shards")
+    run(plan(shards.cached, backends=["torch"], limit=2), shards)  # the reference alone, as a sweep's reference
+    refs = {r.case_id: r for r in store.read("toy_scale", root=tmp_path / "shards")}
+    summary = run(plan(shards.cached, backends=["toy:good"], limit=2), shards)
+    assert summary.counts[("toy_scale", "torch")] == {"cached": 2} and summary.measured == 2
+    good = [r for r in store.read("toy_scale", root=tmp_path / "shards") if r.impl == "toy:good"]
+    assert len(good) == 2 and all(r.ref_fwd_ms == refs[r.case_id].fwd_ms is not None for r in good)
+
+
 def test_run_merges_into_the_delta_store(tmp_path):
     sink = DeltaSink(str(tmp_path / "store"))
     summary = run(plan(sink.cached, backends=["toy:good"], limit=2), sink)
@@ -129,10 +171,11 @@ def test_an_orphaned_sentinel_becomes_a_crash_row_in_its_own_sink(tmp_path):
 
 
 def test_cli_fill_out_writes_shards_not_the_user_cache(env):
-    # a slice at two rows keeps the two sampled cases small on CPU
+    # a slice at two rows keeps the two sampled cases small on CPU (the slice's points are of one stratum)
     out = subprocess.run([sys.executable, "-m", "popcorn.cli", "bench", "fill", "rms_norm", "--limit", "2",
                           "--backend", "torch", "--trials", "1", "--out", str(env / "shards"), "--slice",
-                          "normalized_shape", "dtype=float32", "...=[2]", "eps=0.000001"],
+                          "normalized_shape", "dtype=float32", "...=[2]", "eps=0.000001",
+                          "--stratum", "production-float32-grad"],
                          capture_output=True, text=True, env={**os.environ, "POPCORN_CACHE_DIR": str(env / "cache")},
                          timeout=600)
     assert out.returncode == 0, out.stderr
@@ -140,3 +183,7 @@ def test_cli_fill_out_writes_shards_not_the_user_cache(env):
     rows = store.read_file(env / "shards" / "rms_norm.jsonl")
     assert len(rows) == 2 and {(r.impl, r.status) for r in rows} == {("torch", "pass")}
     assert user_cache_untouched(env)
+    summary = json.loads((env / "shards" / "fill-summary.json").read_text())  # what a sweep partition reports
+    assert summary["measured"] == 2 and summary["counts"] == [{"op": "rms_norm", "impl": "torch", "pass": 2}]
+    assert sorted(tuple(p) for p in summary["pairs"]) == sorted(("rms_norm", "torch", r.case_id, r.grad) for r in rows)
+    assert store.jsonl_files([env / "shards"]) == [env / "shards" / "rms_norm.jsonl"]  # merge reads the shards alone

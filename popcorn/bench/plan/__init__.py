@@ -30,14 +30,14 @@ paying for anything beyond it.
 from .axes import (BATCH, DTYPES, LONG_MIN, PROFILES, TEMPORAL_CAP, axis_dim, coverage_axes, dim_axes, dtypes_of,
                    primary_axis)
 from .cases import (FANIN_LIMIT, HEADROOM, Planned, build, copies, estimated_bytes, fits, footprint, gated, repair,
-                    stratum, wants_grad, workspace_bytes)
+                    strata_of, stratum, wants_grad, workspace_bytes)
 from .covering import coverage_rows, covering_rows
-from .curves import Curve, Plan, case_plan, curves_only, sample
+from .curves import Curve, Plan, case_plan, curves_only, only_strata, sample
 from .slices import slice_cases
 
 __all__ = [
     "BATCH", "DTYPES", "LONG_MIN", "PROFILES", "TEMPORAL_CAP", "axis_dim", "coverage_axes", "dim_axes", "dtypes_of",
     "primary_axis", "FANIN_LIMIT", "HEADROOM", "Planned", "build", "copies", "estimated_bytes", "fits", "footprint",
-    "gated", "repair", "stratum", "wants_grad", "workspace_bytes", "coverage_rows", "covering_rows", "Curve", "Plan",
-    "case_plan", "curves_only", "sample", "slice_cases",
+    "gated", "repair", "strata_of", "stratum", "wants_grad", "workspace_bytes", "coverage_rows", "covering_rows", "Curve", "Plan",
+    "case_plan", "curves_only", "only_strata", "sample", "slice_cases",
 ]

@@ -12,7 +12,7 @@ from popcorn.core.constraints import repaired
 from popcorn.core.dims import dim
 from popcorn.core.inputs import shape_of
 
-from .axes import BATCH, DTYPES, PROFILES, batch_of
+from .axes import BATCH, DTYPES, PROFILES, batch_of, dtypes_of
 
 FANIN_LIMIT = 32768  # fp16: a gradient reduced over this many positions is planned forward-only
 HEADROOM = 0.9  # fraction of device memory the correctness copies may use
@@ -128,6 +128,11 @@ def fits(op, case: Case, grad: bool, device_bytes: int) -> bool:
 
 def stratum(profile: str, dtype: str, grad: bool) -> str:
     return f"{profile}-{dtype}-{'grad' if grad else 'fwd'}"
+
+
+def strata_of(op) -> list[str]:
+    """Every stratum the op's plan could have on some device, in plan order: PROFILE-DTYPE-grad|fwd."""
+    return [stratum(p, d, g) for p in PROFILES for d in dtypes_of(op) for g in (True, False)]
 
 
 def stratum_key(s: str) -> tuple:

@@ -149,7 +149,16 @@ def sample(plan: Plan, limit: int) -> Plan:
     if limit is None or limit >= len(plan.cases):
         return Plan(plan.op, list(plan.cases), list(plan.curves), plan.dropped)
     keep = sorted(random.Random(0).sample(range(len(plan.cases)), max(0, limit)))
-    cases = [plan.cases[i] for i in keep]
+    return _keeping(plan, [plan.cases[i] for i in keep])
+
+
+def only_strata(plan: Plan, strata) -> Plan:
+    """The planned cases of ``strata`` alone, in plan order (what ``--stratum`` selects); curves keep only
+    those cases and are omitted when none is left."""
+    return _keeping(plan, [p for p in plan.cases if p.stratum in set(strata)])
+
+
+def _keeping(plan: Plan, cases: list[Planned]) -> Plan:
     ids = {p.case.case_id for p in cases}
     curves = []
     for c in plan.curves:
