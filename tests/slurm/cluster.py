@@ -51,6 +51,7 @@ class LocalSlurm:
 
     def __init__(self, root: Path | None = None, kill_wait: int = 10):
         # short: munge and MariaDB sockets live here, and a unix socket path has at most 107 bytes
+        self.owns_root = root is None  # a directory of its own is removed on stop
         self.root = Path(root or tempfile.mkdtemp(prefix="slurm-", dir="/tmp"))
         self.kill_wait = kill_wait
         self.host = socket.gethostname().split(".")[0]
@@ -104,7 +105,18 @@ class LocalSlurm:
         return self
 
     def stop(self) -> None:
-        """Stop every daemon by its pid, the last started first: SIGTERM, then SIGKILL after 10 s."""
+        """Cancel the jobs left in the queue, close the ssh ControlMasters opened against this cluster
+        (dagster-slurm keeps one per host, and its sessions outlive sshd's listener), stop every daemon by
+        its pid, the last started first (SIGTERM, then SIGKILL after 10 s), and remove the directory it made."""
+        if "slurmctld" in self.procs:  # a test that failed mid-job leaves no job processes behind
+            try:
+                self.run("scancel", "--full", "--user", self.user, check=False, timeout=20)
+                self._wait(lambda: not self.run("squeue", "-h", check=False, timeout=20).strip(), 30, "jobs to end")
+            except RuntimeError:
+                pass
+        for socket_path in (self.root / "cm").glob("*"):
+            subprocess.run(["ssh", "-O", "exit", "-o", f"ControlPath={socket_path}", "x"], capture_output=True,
+                           timeout=10)
         for name in reversed(list(self.procs)):
             proc = self.procs.pop(name)
             if proc.poll() is None:
@@ -114,8 +126,8 @@ class LocalSlurm:
                 except subprocess.TimeoutExpired:
                     self._signal(proc.pid, signal.SIGKILL)
                     proc.wait(10)
-        subprocess.run(["ssh", "-O", "exit", "-o", f"ControlPath={self.root}/cm-%C", "x"],
-                       capture_output=True, timeout=10)
+        if self.owns_root:
+            subprocess.run([*self.sudo, "rm", "-rf", str(self.root)], capture_output=True, timeout=60)
 
     def logs(self) -> str:
         """The tail of each daemon's log, for a failure message."""
