@@ -28,7 +28,8 @@ relays the payload's Pipes messages, so the fill's output streams into the Dagst
   ``KillWait`` seconds later (30 by default). The fill treats SIGTERM as Ctrl-C: it writes every
   finished row to the shard and exits at the case in flight; its worker outlives the signal, so the
   case in flight leaves no false crash row. The job ends ``TIMEOUT``: the result says so, and the
-  executor resubmits the same job (``max_resubmits`` times), which skips every case the shard holds.
+  executor resubmits the same job (``max_resubmits`` times; each job sees its attempt number as
+  ``POPCORN_SLURM_ATTEMPT``), which skips every case the shard holds.
   No ``--signal`` is sent by default (``slurm.queue.signal_before_timeout`` adds one, for clusters
   whose KillWait is too short to write the rows; the fill then drains early and the job ends
   ``FAILED`` with exit code 130, also resubmitted).
@@ -77,8 +78,10 @@ class SlurmFillResult(FillResult):
 
     @property
     def timed_out(self) -> bool:
-        """The last job hit its time limit: the partition is incomplete (its finished rows are kept)."""
-        return self.state == "TIMEOUT"
+        """The last job was stopped by its time limit before the fill ended: the partition is incomplete
+        (its finished rows are kept). A fill that ended while its job ran out of time closing is complete,
+        though ``state`` says TIMEOUT."""
+        return bool(self.attempts) and self.attempts[-1]["drained"]
 
     @property
     def drained(self) -> bool:
@@ -148,7 +151,7 @@ class SlurmExecutor(Executor):
         compute = None
         try:
             for n in range(self.max_resubmits + 1):
-                environment, compute, attempt = self._submit(context, job)
+                environment, compute, attempt = self._submit(context, job, n + 1)
                 attempts.append(attempt)
                 if not attempt["drained"]:
                     break
@@ -156,6 +159,7 @@ class SlurmExecutor(Executor):
                     context.log.warning(
                         f"Slurm job {attempt['job_id']} stopped at its walltime ({attempt['state']}); the shard "
                         f"holds {attempt['rows']} rows; resubmitting the rest ({n + 2} of {self.max_resubmits + 1})")
+                    self._forget_messages(context, compute)
         finally:
             if compute is not None:  # the step's remote run directory, kept while jobs were resubmitted
                 try:
@@ -177,7 +181,9 @@ class SlurmExecutor(Executor):
 
     # -- one job ---------------------------------------------------------------------------------
 
-    def _submit(self, context, job: FillJob) -> tuple[str, ComputeResource, dict]:
+    def _submit(self, context, job: FillJob, attempt: int = 1) -> tuple[str, ComputeResource, dict]:
+        """One Slurm job for ``job``, the ``attempt``-th for it in this step (the job sees it as
+        POPCORN_SLURM_ATTEMPT): (environment, the dagster-slurm resource, what came of it)."""
         if self.container_image and not self.driver_env_path:
             raise ValueError("a container image runs the fill in the image, but the batch script and its payload "
                              "on the host: set driver_env_path (an environment with dagster-pipes: activate.sh, "
@@ -199,7 +205,8 @@ class SlurmExecutor(Executor):
         error: Exception | None = None
         try:
             compute.run(context=context, payload_path=str(PAYLOAD), extra_slurm_opts=opts, extras=extras,
-                        extra_env={"PYTHONUNBUFFERED": "1", **self.env}, poll_timeout=self.poll_timeout_s,
+                        extra_env={"PYTHONUNBUFFERED": "1", "POPCORN_SLURM_ATTEMPT": str(attempt), **self.env},
+                        poll_timeout=self.poll_timeout_s,
                         defer_cleanup=True)
         except Exception as e:  # noqa: BLE001 - dagster-slurm raises for every state but COMPLETED
             error = e
@@ -218,15 +225,31 @@ class SlurmExecutor(Executor):
             raise error if error is not None else RuntimeError(f"Slurm job {job_id} is still {state}")
         returncode = outcome.get("returncode", exit_code)
         returncode = -1 if returncode is None else returncode  # the payload was killed before saying
-        # stopped by its walltime, by preemption or by a pre-timeout signal; never by scancel (a person's word)
-        drained = state in ("TIMEOUT", "PREEMPTED") or (
-            state != "CANCELLED" and returncode == DRAINED and bool(outcome.get("signals")))
+        # stopped before its end by the walltime, by preemption or by a pre-timeout signal, never by scancel (a
+        # person's word); a fill that ended (exit 0) while its job ran out of time closing is complete
+        drained = returncode != 0 and (state in ("TIMEOUT", "PREEMPTED") or (
+            state != "CANCELLED" and returncode == DRAINED and bool(outcome.get("signals"))))
         rows = _rows(Path(job.out_dir))
         if error is not None and not drained:
             context.log.error(f"Slurm job {job_id} ended {state} (fill exit code {returncode}): {error}")
         context.log.info(f"Slurm job {job_id}: {state}, fill exit code {returncode}, {rows} rows in {job.out_dir}")
         return environment, compute, {"job_id": str(job_id), "state": state, "returncode": returncode,
                                       "drained": drained, "rows": rows, "problems": problems}
+
+    def _forget_messages(self, context, compute: ComputeResource | None) -> None:
+        """Before a resubmission in the same step: dagster-slurm reuses the step's remote directory, and
+        its message reader would replay the last job's Pipes messages (their logs, their 'closed')."""
+        if compute is None:
+            return
+        try:
+            client = compute.get_pipes_client(context)
+            run_id = context.run.run_id
+            with SSHConnectionPool(self.slurm.ssh) as pool:
+                run_dir = client._get_remote_run_dir(client._get_remote_base(run_id, pool), run_id,
+                                                     context.op_execution_context)
+                pool.run(f"rm -f {shlex.quote(run_dir + '/messages.jsonl')}")
+        except Exception as e:  # noqa: BLE001 - dagster-slurm's internals moved: duplicate log lines at worst
+            context.log.debug(f"could not clear the last job's Pipes messages: {e}")
 
     def gpus(self, pool: SSHConnectionPool) -> int:
         """GPUs per job: ``gpus_per_task``, else 1 when the partition's nodes have a GPU GRES, else 0."""

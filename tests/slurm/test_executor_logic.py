@@ -61,7 +61,7 @@ def attempt(job_id, state, returncode, drained, rows):
 def test_a_partition_stopped_by_its_walltime_is_resubmitted_until_it_completes(tmp_path, monkeypatch):
     outcomes = iter([attempt("7", "TIMEOUT", 130, True, 10), attempt("8", "TIMEOUT", 130, True, 20),
                      attempt("9", "COMPLETED", 0, False, 30)])
-    monkeypatch.setattr(SlurmExecutor, "_submit", lambda self, context, job: ("/envs/base-x", None, next(outcomes)))
+    monkeypatch.setattr(SlurmExecutor, "_submit", lambda self, context, job, n=1: ("/envs/base-x", None, next(outcomes)))
     job = FillJob(("rms_norm",), ("torch",), (), str(tmp_path))
     result = executor(max_resubmits=3).fill(dg.build_asset_context(), job)
     assert [a["job_id"] for a in result.attempts] == ["7", "8", "9"]
@@ -71,14 +71,21 @@ def test_a_partition_stopped_by_its_walltime_is_resubmitted_until_it_completes(t
 
 def test_resubmissions_stop_at_max_resubmits_and_the_result_says_timeout(tmp_path, monkeypatch):
     outcomes = iter([attempt(str(i), "TIMEOUT", 130, True, i) for i in range(5)])
-    monkeypatch.setattr(SlurmExecutor, "_submit", lambda self, context, job: ("/envs/base-x", None, next(outcomes)))
+    monkeypatch.setattr(SlurmExecutor, "_submit", lambda self, context, job, n=1: ("/envs/base-x", None, next(outcomes)))
     result = executor(max_resubmits=1).fill(dg.build_asset_context(), FillJob(("rms_norm",), (), (), str(tmp_path)))
     assert len(result.attempts) == 2 and result.timed_out and result.returncode == 130
 
 
+def test_a_fill_that_ended_is_complete_though_its_job_ran_out_of_time_closing(tmp_path, monkeypatch):
+    outcomes = iter([attempt("4", "TIMEOUT", 0, False, 8)])
+    monkeypatch.setattr(SlurmExecutor, "_submit", lambda self, context, job, n=1: ("/envs/base-x", None, next(outcomes)))
+    result = executor().fill(dg.build_asset_context(), FillJob(("rms_norm",), (), (), str(tmp_path)))
+    assert len(result.attempts) == 1 and result.state == "TIMEOUT" and not result.timed_out
+
+
 def test_a_failed_or_cancelled_job_is_not_resubmitted(tmp_path, monkeypatch):
     outcomes = iter([attempt("3", "CANCELLED", 130, False, 4)])
-    monkeypatch.setattr(SlurmExecutor, "_submit", lambda self, context, job: ("/envs/base-x", None, next(outcomes)))
+    monkeypatch.setattr(SlurmExecutor, "_submit", lambda self, context, job, n=1: ("/envs/base-x", None, next(outcomes)))
     result = executor().fill(dg.build_asset_context(), FillJob(("rms_norm",), (), (), str(tmp_path)))
     assert len(result.attempts) == 1 and result.state == "CANCELLED"
 
@@ -89,7 +96,7 @@ def test_skipped_backends_are_collected_from_the_fill_output(tmp_path, monkeypat
         "rms_norm: backend 'liger' needs package 'liger-kernel', which is not installed: pip install 'popcorn[liger]'\n"
         "rms_norm: 1/2 pass=1 ETA 6s\nrms_norm: none of liger is installed; measuring the reference only\n")
     monkeypatch.setattr(SlurmExecutor, "_submit",
-                        lambda self, context, job: ("/envs/base-x", None, attempt("5", "COMPLETED", 0, False, 2)))
+                        lambda self, context, job, n=1: ("/envs/base-x", None, attempt("5", "COMPLETED", 0, False, 2)))
     result = executor().fill(dg.build_asset_context(), FillJob(("rms_norm",), ("liger",), (), str(tmp_path)))
     assert len(result.skipped) == 2 and "liger-kernel" in result.skipped[0]
     assert "1/2 pass=1" in result.log

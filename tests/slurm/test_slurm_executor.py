@@ -2,6 +2,7 @@
 shard and then in the Delta store, and a walltime that expires mid-partition losing no finished row."""
 
 import json
+from datetime import datetime, timezone
 from pathlib import Path
 
 import dagster as dg
@@ -61,34 +62,38 @@ def test_a_measurement_partition_runs_as_a_slurm_job_and_its_rows_reach_the_stor
     assert sorted(r.case_id for r in target.read("rms_norm")) == sorted(r.case_id for r in rows)
 
 
-def test_a_walltime_drain_keeps_every_finished_row_and_a_resubmission_completes(cluster, make_executor, tmp_path):
+def test_a_walltime_drain_keeps_every_finished_row_and_the_resubmission_completes(cluster, make_executor, tmp_path):
     shard = tmp_path / "shard"
-    planned = 24  # cases, each measured by torch and by toy:slow (about 80 calls of 60 ms)
+    planned = 24  # cases, each measured by torch and by toy:slow (about 80 calls of 60 ms in the first job)
     job = FillJob(ops=(TOY,), backends=("toy:slow",), strata=(), out_dir=str(shard), limit=planned, trials=1,
                   device="cpu")
-    slow = make_executor(time_limit="00:01:00", max_resubmits=0, env={"TOY_SLOW_S": "0.06"})
-    first, log = materialize(slow, job, "toy_scale.slow")
+    # Slurm's minimum walltime; the toy sleeps in the first job only (the test's time, not the mechanism)
+    executor = make_executor(time_limit="00:01:00", max_resubmits=2, env={"TOY_SLOW_S": "0.06", "TOY_SLOW_JOBS": "1"})
+    result, log = materialize(executor, job, "toy_scale.slow")
+    first, second = result.attempts[0], result.attempts[-1]
 
-    # Slurm's minimum walltime expired mid-partition: SIGTERM, the fill drained, the job is TIMEOUT
-    assert first.state == "TIMEOUT" and first.timed_out and first.returncode == 130
-    assert sacct(cluster, first.job_id).startswith(f"{first.job_id}|TIMEOUT|")
-    assert "stopped by SIGTERM" in first.log
-    measured = int(first.log.split(" case-backend pairs measured")[0].split()[-1])
+    # the walltime expired mid-partition: SIGTERM, the fill drained (exit 130), the job is TIMEOUT
+    assert len(result.attempts) == 2 and first["state"] == "TIMEOUT" and first["returncode"] == 130
+    assert first["drained"] and result.drained
+    assert sacct(cluster, first["job_id"]).startswith(f"{first['job_id']}|TIMEOUT|")
+    first_log = (shard / ".slurm" / f"{first['job_id']}.log").read_text()
+    assert "stopped by SIGTERM" in first_log
+    measured = int(first_log.split(" case-backend pairs measured")[0].split()[-1])
+    assert 0 < first["rows"] == measured < 2 * planned  # every pair it finished was in the shard, and only those
+    assert any("resubmitting the rest" in line for line in log)
+    assert any(f"reusing environment {result.environment}" in line for line in log)  # built once, then reused
+
+    # the same FillJob, resubmitted by the executor, skipped what the shard held and completed the partition
+    assert second["state"] == "COMPLETED" and result.state == "COMPLETED" and result.returncode == 0
+    assert not result.timed_out and result.job_id == second["job_id"] != first["job_id"]
+    assert sacct(cluster, second["job_id"]) == f"{second['job_id']}|COMPLETED|0:0"
+    second_log = (shard / ".slurm" / f"{second['job_id']}.log").read_text()
+    assert int(second_log.split(" case-backend pairs measured")[0].split()[-1]) == 2 * planned - measured
     bad: list = []
-    kept = store.read("toy_scale", root=shard, bad=bad)
-    assert not bad  # no half-written line
-    assert 0 < len(kept) == measured < 2 * planned  # every pair the fill finished is in the shard, and only those
-    assert all(r.status == "pass" for r in kept)  # the case in flight left no crash row
-    assert any("TIMEOUT" in line for line in log)
+    done = store.read("toy_scale", root=shard, bad=bad)
+    assert not bad and not list(shard.glob("*.damaged-*"))  # never a half-written line
+    assert len(done) == 2 * planned and all(r.status == "pass" for r in done)  # all planned cases, no crash row
+    # the first job's rows are the ones kept: written before it ended, untouched since
+    ended = datetime.fromtimestamp((shard / ".slurm" / f"{first['job_id']}.json").stat().st_mtime, timezone.utc)
+    assert sum(datetime.fromisoformat(r.ts) <= ended for r in done) == measured
 
-    # the same FillJob again (a toy that no longer sleeps: the test's time, not the mechanism); it skips
-    # every case the shard holds
-    second, log = materialize(make_executor(env={"TOY_SLOW_S": "0"}), job, "toy_scale.slow")
-    assert second.state == "COMPLETED" and second.returncode == 0
-    assert any(f"reusing environment {second.environment}" in line for line in log)  # built once, reused
-    done = store.read("toy_scale", root=shard)
-    assert len(done) == 2 * planned and all(r.status == "pass" for r in done)  # all planned cases present
-    before = {(r.impl, r.case_id, r.grad): r.ts for r in kept}
-    assert {(r.impl, r.case_id, r.grad): r.ts for r in done if (r.impl, r.case_id, r.grad) in before} == before
-    resumed = int(second.log.split(" case-backend pairs measured")[0].split()[-1])
-    assert resumed == 2 * planned - len(kept)  # nothing measured twice
