@@ -196,4 +196,6 @@ def slurm_executor() -> Executor:
             raise
         raise RuntimeError("the Slurm executor (orchestration/slurm.py) is not in this checkout; "
                            "run the sweep on this machine with --local (POPCORN_SWEEP_EXECUTOR=local)") from None
-    return SlurmExecutor()
+    executor = SlurmExecutor.from_env()
+    image = os.environ.get("POPCORN_SWEEP_CONTAINER_IMAGE")
+    return executor.model_copy(update={"container_image": image}) if image else executor

@@ -56,25 +56,32 @@ def _positive(text: str) -> int:
 
 
 def _fill(args) -> int:
-    from popcorn.bench.fill import ShardSink, fill, write_summary
+    from popcorn.bench.fill import ShardSink, drain_on_sigterm, fill, write_summary
     from popcorn.kernels import OPS
 
-    if _unknown_ops(args.ops, OPS):
+    ops = _fill_ops(args.ops, OPS)
+    if ops is None:
         return 2
     if args.slice and len(args.ops) != 1:
         print("--slice describes one op's context: name exactly one op", file=sys.stderr)
         return 2
-    ops = [OPS[n] for n in (args.ops or sorted(OPS))]
-    try:
-        summary = fill(ops, backends=args.backend, limit=args.limit, force=args.force, timeout=args.timeout,
-                       slice_spec=args.slice, trials=args.trials, device=args.device, curves=args.curves_only,
-                       strata=args.stratum, sink=ShardSink(args.out) if args.out else None, workers=args.workers)
-    except ValueError as e:
-        print(f"popcorn bench fill: {e}", file=sys.stderr)
-        return 2
-    print(summary.table())
-    if args.out:
-        write_summary(summary, args.out)
+    with drain_on_sigterm() as terminated:  # a walltime or scancel drains the fill as Ctrl-C does
+        try:
+            summary = fill(ops, backends=args.backend, limit=args.limit, force=args.force, timeout=args.timeout,
+                           slice_spec=args.slice, trials=args.trials, device=args.device, curves=args.curves_only,
+                           strata=args.stratum, sink=ShardSink(args.out) if args.out else None, workers=args.workers)
+        except ValueError as e:
+            print(f"popcorn bench fill: {e}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:  # after the rows were written, while the fill was closing
+            print("popcorn bench fill: interrupted", file=sys.stderr)
+            return 130
+        print(summary.table())
+        if args.out:
+            write_summary(summary, args.out)
+        if terminated:
+            print("popcorn bench fill: stopped by SIGTERM; every finished row is written, and the same command "
+                  "measures the rest", file=sys.stderr)
     return 130 if summary.interrupted else 0
 
 
@@ -179,6 +186,28 @@ def _report_skipped(bad: list) -> None:
         print(f"skipped {path}:{line} ({why})", file=sys.stderr)
 
 
+def _fill_ops(names, catalog) -> list | None:
+    """The ops to fill: catalog names, or ``module:attribute`` for an op registered in a module of one's
+    own (the fill's worker imports it by that module's name); None after naming the unknown ones."""
+    import importlib
+
+    from popcorn.core.registry import Op
+
+    ops, unknown = [], []
+    for name in names or sorted(catalog):
+        module, _, attr = name.partition(":")
+        try:
+            op = catalog.get(name) or (getattr(importlib.import_module(module), attr, None) if attr else None)
+        except ImportError:
+            op = None
+        (ops if isinstance(op, Op) else unknown).append(op if isinstance(op, Op) else name)
+    if unknown:
+        print(f"unknown op(s): {', '.join(unknown)}; known: {', '.join(sorted(catalog))}, or module:attribute "
+              "for an op registered in your own module", file=sys.stderr)
+        return None
+    return ops
+
+
 def _unknown_ops(names, ops) -> bool:
     """Say which names are no op (True), or nothing (False)."""
     unknown = [n for n in names if n not in ops]
@@ -219,7 +248,8 @@ def _parser() -> argparse.ArgumentParser:
     f = bench_cmds.add_parser("fill", help="measure the shared case plan on this machine's device",
                               description="Run the case plan (pairwise coverage plus production and long-context "
                               "curves) for the reference and every installed backend; cached cases are skipped.")
-    f.add_argument("ops", nargs="*", help="ops to fill (default: all)")
+    f.add_argument("ops", nargs="*", help="ops to fill (default: all); module:attribute names an op registered "
+                   "in a module of your own")
     f.add_argument("--backend", action="append", help="only this backend (repeatable; 'fla' also takes 'fla:*')")
     f.add_argument("--limit", type=int, help="a deterministic random sample of N planned cases per op")
     f.add_argument("--force", action="store_true", help="measure cases the user cache (or --out DIR) already holds")

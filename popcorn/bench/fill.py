@@ -5,11 +5,18 @@ Planning (:mod:`popcorn.bench.tasks`) turns the plan of each op into tasks, skip
 already holds and what static gates exclude; the runner (:mod:`popcorn.bench.runner`) measures them
 in a supervised worker and writes the rows to a sink (:mod:`popcorn.bench.sinks`): the user cache by
 default, or a run's shard directory (``--out``).
+
+SIGTERM drains a fill as Ctrl-C does (:func:`drain_on_sigterm`, which ``bench fill`` holds): a Slurm
+walltime, ``scancel`` or a container stop writes every finished row and stops at the case in flight,
+so rerunning the same fill measures only the rest.
 """
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
+from contextlib import contextmanager
 
 from popcorn.core.registry import Op
 
@@ -79,3 +86,26 @@ def default_workers(device: str | None = None) -> int:
 
     cuda = (device or ("cuda" if torch.cuda.is_available() else "cpu")).startswith("cuda")
     return max(1, min(8, (os.cpu_count() or 2) // 2)) if cuda else 1
+
+
+@contextmanager
+def drain_on_sigterm():
+    """While held, the first SIGTERM raises KeyboardInterrupt in the main thread: the fill stops at the
+    case in flight, writes every finished row and returns an ``interrupted`` Summary, as after Ctrl-C.
+    Later SIGTERMs are ignored, so a second one (Slurm signals every process of a job, then its batch
+    script may forward the signal) cannot cut the flush short. Off the main thread it does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    fired = []
+
+    def interrupt(signum, frame):
+        if not fired:
+            fired.append(signum)
+            raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield fired
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -112,8 +112,9 @@ def backends_for(op: Op, wanted: list[str] | None, out=sys.stderr, problems: dic
                     problems[name] = problem
             continue
         names.append(name)
-    if wanted and not names and set(wanted) != {REFERENCE}:
-        print(f"{op.name}: none of {', '.join(wanted)} is installed; measuring the reference only", file=out)
+    others = [w for w in wanted or () if w != REFERENCE]
+    if others and not names:
+        print(f"{op.name}: none of {', '.join(others)} is installed; measuring the reference only", file=out)
     return [REFERENCE] + names
 
 

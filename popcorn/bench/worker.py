@@ -16,6 +16,7 @@ import json
 import multiprocessing as mp
 import os
 import signal
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -48,6 +49,8 @@ def probe(device: torch.device) -> bool:
     except Exception:  # noqa: BLE001
         return False
 
+
+TERM_GRACE_S = 30.0  # a worker told to terminate leaves by itself after this, if its supervisor has not killed it
 
 TRUTH_CACHE_BYTES = {"cuda": 2**30, "cpu": 256 * 2**20}  # reference trials one worker keeps for a case
 
@@ -128,12 +131,23 @@ def warm_up(impl, inputs: dict, grad: bool) -> None:
             free_memory()
 
 
+def _leave_later(signum, frame) -> None:
+    """SIGTERM, like Ctrl-C, is the supervisor's to act on: a Slurm walltime or ``scancel`` signals every
+    process of the job at once, and a worker dying of it mid-case would leave a false ``crash`` row.
+    The supervisor drains and kills its workers; should it never do so (it died first), the worker
+    leaves by itself after TERM_GRACE_S."""
+    timer = threading.Timer(TERM_GRACE_S, os._exit, (128 + signum,))
+    timer.daemon = True
+    timer.start()
+
+
 def serve(conn, sentinel: str, device: str, lanes: bool = False, compile_threads: int | None = None) -> None:
     """Worker loop: receive tasks on ``conn`` until None; reply (record dict, device_ok, phase seconds).
     ``lanes``: hold the device's lanes through the supervisor (a parallel fill)."""
     if compile_threads:  # workers compiling side by side share the host's cores
         os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = str(compile_threads)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the supervisor's: it stops and kills workers
+    signal.signal(signal.SIGTERM, _leave_later)
     dev = torch.device(device)
     # each distinct warning once per worker: inductor repeats its own on every compile and would
     # bury the progress bar

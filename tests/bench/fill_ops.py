@@ -94,3 +94,15 @@ def toy_counted(x: Float["... hidden"]) -> Float["... hidden"]:
 
 toy_counted.register("toy:one", lambda x: x * 2)
 toy_counted.register("toy:two", lambda x: x + x)
+
+
+
+@toy_scale.register("toy:slow")
+def toy_slow(x, alpha):
+    """Sleeps TOY_SLOW_S (default 0.05) on every call: a fill that takes a while per case, for stopping
+    one mid-partition; with TOY_SLOW_JOBS=N, only in a partition's first N Slurm jobs (the SlurmExecutor
+    sets POPCORN_SLURM_ATTEMPT). (State kept across calls would change the implementation's fingerprint.)"""
+    jobs = os.environ.get("TOY_SLOW_JOBS")
+    if not jobs or int(os.environ.get("POPCORN_SLURM_ATTEMPT", "1")) <= int(jobs):
+        time.sleep(float(os.environ.get("TOY_SLOW_S", "0.05")))
+    return x * alpha

@@ -129,3 +129,85 @@ def test_a_worker_killed_between_cases_costs_no_row_and_the_fill_goes_on():
     good = rows("toy:good")
     assert len(good) == len(rows("torch")) > 10 and all(r.status == "pass" for r in good)
     assert "crash" not in summary.counts[("toy_scale", "toy:good")]
+
+
+class TerminateAfter:
+    """A progress stream that, once ``at`` pairs are reported, has a thread send SIGTERM to the fill's
+    worker and then to this process, as a Slurm walltime signals every process of a job; the main
+    thread is then waiting on the worker's next case."""
+
+    def __init__(self, at: int):
+        self.at, self.pairs, self.sent = at, 0, False
+
+    def write(self, text: str) -> int:
+        import multiprocessing as mp
+        import signal
+        import threading
+        import time
+
+        if text.startswith("\r"):
+            self.pairs += 1
+            if self.pairs == self.at and not self.sent:
+                self.sent = True
+                workers = [c.pid for c in mp.active_children()]
+
+                def terminate():
+                    time.sleep(0.1)  # the next case has started
+                    for pid in workers:
+                        os.kill(pid, signal.SIGTERM)
+                    os.kill(os.getpid(), signal.SIGTERM)
+
+                threading.Thread(target=terminate, daemon=True).start()
+        return len(text)
+
+    def flush(self):
+        pass
+
+
+def test_sigterm_drains_the_fill_keeping_every_finished_row_and_a_rerun_completes(tmp_path, monkeypatch):
+    from popcorn.bench.fill import ShardSink, drain_on_sigterm
+
+    monkeypatch.setenv("TOY_SLOW_S", "0.01")
+
+    shard = tmp_path / "shard"
+    with drain_on_sigterm() as terminated:
+        first = run(["toy:slow"], out=TerminateAfter(at=4), sink=ShardSink(shard), limit=8)
+    assert terminated and first.interrupted
+    bad: list = []
+    kept = store.read("toy_scale", root=shard, bad=bad)
+    assert not bad and len(kept) == first.measured >= 4  # every pair reported finished is written whole
+    assert all(r.status == "pass" for r in kept)  # the worker, signalled too, died of nothing: no crash row
+    again = run(["toy:slow"], sink=ShardSink(shard), limit=8)
+    assert not again.interrupted
+    assert sum(c.get("cached", 0) for c in again.counts.values()) == len(kept)  # nothing measured twice
+    done = store.read("toy_scale", root=shard)
+    assert len(done) == len(kept) + again.measured == 16 and all(r.status == "pass" for r in done)
+    assert {(r.impl, r.case_id, r.grad) for r in kept} <= {(r.impl, r.case_id, r.grad) for r in done}
+
+
+def test_cli_fill_stops_on_sigterm_to_its_process_group_and_writes_what_finished(tmp_path):
+    import signal
+    import threading
+    import time
+
+    shard = tmp_path / "shard"
+    proc = subprocess.Popen([sys.executable, "-m", "popcorn.cli", "bench", "fill", "rms_norm", "--limit", "6",
+                             "--backend", "torch", "--trials", "1", "--device", "cpu", "--out", str(shard)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env={**os.environ, "POPCORN_CACHE_DIR": str(tmp_path / "cache"),
+                                 "POPCORN_BENCH_TARGET_MS": "300"})
+    err: list[str] = []
+    reader = threading.Thread(target=lambda: err.extend(iter(lambda: proc.stderr.read(1), "")), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 300
+    while "rms_norm: 2/" not in "".join(err) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGTERM)  # as Slurm does at the walltime: supervisor and worker alike
+    out = proc.stdout.read()
+    assert proc.wait(60) == 130, "".join(err)
+    reader.join(10)
+    assert "stopped by SIGTERM" in "".join(err) and "interrupted" in out
+    measured = int(out.split(" case-backend pairs measured")[0].split()[-1])
+    bad: list = []
+    kept = store.read("rms_norm", root=shard, bad=bad)
+    assert not bad and 2 <= len(kept) == measured < 6 and all(r.status == "pass" for r in kept)
