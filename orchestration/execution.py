@@ -196,6 +196,10 @@ def slurm_executor() -> Executor:
             raise
         raise RuntimeError("the Slurm executor (orchestration/slurm.py) is not in this checkout; "
                            "run the sweep on this machine with --local (POPCORN_SWEEP_EXECUTOR=local)") from None
-    executor = SlurmExecutor.from_env()
+    try:
+        executor = SlurmExecutor.from_env()
+    except ValueError as e:  # dagster-slurm names the variable it misses
+        raise RuntimeError(f"POPCORN_SWEEP_EXECUTOR=slurm needs the cluster's login: {e} (README: Slurm); "
+                           "or run the sweep on this machine with --local (POPCORN_SWEEP_EXECUTOR=local)") from None
     image = os.environ.get("POPCORN_SWEEP_CONTAINER_IMAGE")
     return executor.model_copy(update={"container_image": image}) if image else executor

@@ -36,7 +36,7 @@ def sacct(cluster, job_id: str) -> str:
 
 def test_a_measurement_partition_runs_as_a_slurm_job_and_its_rows_reach_the_store(cluster, make_executor, tmp_path):
     shard = tmp_path / "shard"
-    job = FillJob(ops=("rms_norm",), backends=("torch", "liger"), strata=(), out_dir=str(shard), limit=2, trials=1,
+    job = FillJob(ops=("rms_norm",), backends=("torch", "quack"), strata=(), out_dir=str(shard), limit=2, trials=1,
                   device="cpu")
     result, log = materialize(make_executor(), job, "rms_norm.sample")
 
@@ -46,11 +46,12 @@ def test_a_measurement_partition_runs_as_a_slurm_job_and_its_rows_reach_the_stor
     assert any("case-backend pairs measured" in line for line in log)  # the fill's output, streamed
     outcome = json.loads((shard / ".slurm" / f"{result.job_id}.json").read_text())
     assert outcome["returncode"] == 0 and outcome["signals"] == []
-    # liger's environment cannot be built here (no package index): its backends ran in the base
-    # environment, where the fill skipped liger, saying why; the result and the run log carry both
-    assert any("the environment for liger could not be built" in s for s in result.skipped)
-    assert any("backend 'liger' needs package 'liger-kernel'" in s for s in result.skipped)
-    assert any("skipped on the cluster" in line and "liger-kernel" in line for line in log)
+    # quack's environment cannot be built here (no package index; the dev install never has quack): its
+    # backends ran in the base environment, where the fill skipped quack, saying why; the result and the
+    # run log carry both
+    assert any("the environment for quack could not be built" in s for s in result.skipped)
+    assert any("backend 'quack' needs package 'quack-kernels'" in s for s in result.skipped)
+    assert any("skipped on the cluster" in line and "quack-kernels" in line for line in log)
     assert Path(result.environment, ".ready").exists() and result.environment.endswith("/base-" +
                                                                                        result.environment[-12:])
 
