@@ -177,10 +177,11 @@ def decide(op, arguments: dict, grad: bool, rows: list[dict] | None = None, here
         if name == REFERENCE:
             continue
         mine = [r for r in all_rows if r["impl"] == name]
-        missing = impl.backend.problem()
-        if missing and any(r["status"] == PASS and r["device"].startswith("cpu") == on_cpu for r in mine):
-            _notice_missing(impl.backend, op.name, name, missing)
-        reason = missing or impl.rejects(arguments, grad)
+        reason = impl.rejects(arguments, grad)
+        if reason and any(r["status"] == PASS and r["device"].startswith("cpu") == on_cpu for r in mine):
+            missing = impl.backend.problem()  # asked again only where a notice may be due
+            if missing:
+                _notice_missing(impl.backend, op.name, name, missing)
         if reason:
             verdicts.append(Verdict(name, False, reason))
             continue

@@ -13,6 +13,9 @@ from popcorn.core import Backend, Float, declare_backend, register_kernel
 
 declare_backend(Backend("toy", None))
 
+# toy_scale along hidden, two rows, float32: the fill tests' slice
+SLICE = ["hidden", "dtype=float32", "...=[2]", "alpha=2.0"]
+
 
 @register_kernel(compile=False)
 def toy_scale(x: Float["... hidden"], alpha: float = 2.0) -> Float["... hidden"]:

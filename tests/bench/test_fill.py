@@ -10,8 +10,7 @@ from popcorn.bench import store
 from popcorn.bench.fill import fill
 
 from . import fill_ops
-
-SLICE = ["hidden", "dtype=float32", "...=[2]", "alpha=2.0"]
+from .fill_ops import SLICE
 
 
 @pytest.fixture(autouse=True)

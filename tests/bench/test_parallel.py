@@ -15,15 +15,12 @@ from popcorn.bench.fill import fill
 from popcorn.bench.lane import EXCLUSIVE, SHARED
 
 from . import fill_ops
-
-SLICE = ["hidden", "dtype=float32", "...=[2]", "alpha=2.0"]
+from .fill_ops import SLICE
 
 
 @pytest.fixture(autouse=True)
-def env(tmp_path, monkeypatch):
-    monkeypatch.setenv("POPCORN_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("POPCORN_BENCH_TARGET_MS", "2")  # timing precision is not under test here
-    return tmp_path
+def env(toy_cache):
+    return toy_cache
 
 
 def rows(op, impl):
