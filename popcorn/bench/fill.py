@@ -20,7 +20,7 @@ from contextlib import contextmanager
 
 from popcorn.core.registry import Op
 
-from .runner import run
+from .runner import interrupt_once, run
 from .sinks import ShardSink, Sink, UserCacheSink  # noqa: F401 - ShardSink: the CLI's --out
 from .summary import ProgressLine, Summary
 from .tasks import CPU_BUDGET_BYTES, REFERENCE_TIMEOUT, Skip, device_bytes, plan_tasks, watchdog  # noqa: F401 - fill's limits
@@ -94,18 +94,5 @@ def drain_on_sigterm():
     case in flight, writes every finished row and returns an ``interrupted`` Summary, as after Ctrl-C.
     Later SIGTERMs are ignored, so a second one (Slurm signals every process of a job, then its batch
     script may forward the signal) cannot cut the flush short. Off the main thread it does nothing."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    fired = []
-
-    def interrupt(signum, frame):
-        if not fired:
-            fired.append(signum)
-            raise KeyboardInterrupt(f"signal {signum}")
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
+    with interrupt_once(signal.SIGTERM) as fired:
         yield fired
-    finally:
-        signal.signal(signal.SIGTERM, previous)
