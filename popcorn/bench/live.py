@@ -27,202 +27,30 @@ from no page or a loopback one (``Origin``); anything else gets 403, methods oth
 from __future__ import annotations
 
 import errno
-import json
-import math
 import os
 import queue
 import re
 import socket
 import sys
 import threading
-import uuid
-from collections import deque
-from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from socketserver import TCPServer
-from typing import NamedTuple
 from urllib.parse import parse_qs, urlsplit
 
-from popcorn import __version__
-from popcorn.schema import STATUSES
-
+from .live_session import PROTOCOL, QUEUE_SIZE, SERVICE, Session, dumps  # noqa: F401 - PROTOCOL: for clients
 from .summary import Observer
 
-SERVICE = "popcorn-live"
-PROTOCOL = 1
 HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
 CACHE_WAIT_S = 5.0  # a fill with nothing to measure waits this long for a subscriber ($POPCORN_LIVE_WAIT_S)
 KEEPALIVE_S = 5.0  # idle streams get a comment this often: proxies and browsers keep them open
 LINGER_S = 3.0  # at the end, how long subscribers get to read the ``complete`` event
-QUEUE_SIZE = 1024  # events a subscriber may fall behind by before it is dropped
-REPLAY_PER_OP = 2048  # record events kept per op for a reconnecting subscriber
 SOCKET_TIMEOUT_S = 10.0  # a write to a subscriber that stopped reading fails after this
 LOOPBACK_ORIGIN = re.compile(r"http://(localhost|127\.0\.0\.1)(:\d{1,5})?")
 
 
 class LiveUnavailable(RuntimeError):
     """The live server cannot listen (its port is taken)."""
-
-
-class Event(NamedTuple):
-    kind: str  # session, record, progress or complete
-    data: str  # JSON
-    id: int | None = None  # record events only: what Last-Event-ID names
-    op: str | None = None  # the op a record or progress event is about (the ?op= filter)
-
-    def frame(self) -> bytes:
-        head = f"id: {self.id}\n" if self.id is not None else ""
-        return f"{head}event: {self.kind}\ndata: {self.data}\n\n".encode()
-
-
-class Subscriber:
-    def __init__(self, op: str | None, size: int):
-        self.op = op
-        self.queue: queue.Queue[Event | None] = queue.Queue(size)  # None: the stream ends here
-
-    def wants(self, event: Event) -> bool:
-        return self.op is None or event.op is None or event.op == self.op
-
-
-class Session:
-    """What the stream serves: the fill's counts, the record events kept for replay and the subscribers.
-    Counting and publishing happen under one lock, so a new subscriber's replay and queue meet exactly."""
-
-    def __init__(self, port: int, queue_size: int = QUEUE_SIZE, replay_per_op: int = REPLAY_PER_OP):
-        self.id, self.port, self.queue_size, self.replay_per_op = uuid.uuid4().hex, port, queue_size, replay_per_op
-        self.started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        self.lock = threading.Lock()
-        self.state, self.error, self.interrupted, self.device = "running", None, False, None
-        self.to_measure: int | None = None  # None until the plan is known
-        self.ops: dict[str, dict] = {}  # op -> {"planned": n, "statuses": {status or why skipped: n}}
-        self.seq = 0
-        self.kept: dict[str, deque[Event]] = {}  # op -> its latest record events
-        self.subscribers: set[Subscriber] = set()
-        self.subscribed = threading.Event()  # someone has opened /v1/events
-        self.completion: Event | None = None
-        self.dropped = 0
-
-    # -- counting (the fill's side) -------------------------------------------------------------
-    def plan(self, pairs: list[tuple[str, str | None]], device: str, replay) -> None:
-        """The planned pairs as (op, why skipped or None), in plan order; ``replay``: rows to stream first."""
-        with self.lock:
-            self.device, self.to_measure = device, 0
-            for name, why in pairs:
-                op = self.ops.setdefault(name, {"planned": 0, "statuses": {}})
-                op["planned"] += 1
-                if why is None:
-                    self.to_measure += 1
-                else:
-                    op["statuses"][why] = op["statuses"].get(why, 0) + 1
-            for row in replay:
-                self.record(row)
-            self.publish(Event("progress", self.status_json()))
-
-    def count(self, op: str, row) -> None:
-        with self.lock:
-            statuses = self.ops.setdefault(op, {"planned": 0, "statuses": {}})["statuses"]
-            what = "pruned" if row is None else row.status
-            statuses[what] = statuses.get(what, 0) + 1
-            if row is not None:
-                self.record(row)
-            self.publish(Event("progress", self.status_json(), op=op))
-
-    def complete(self, interrupted: bool = False, error: str | None = None) -> None:
-        with self.lock:
-            if self.completion is not None:
-                return
-            self.state, self.interrupted, self.error = "complete", self.interrupted or interrupted, error
-            self.completion = Event("complete", self.status_json())
-            self.publish(self.completion)
-            self.subscribers.clear()  # each has ``complete`` queued, or was dropped
-
-    def record(self, row) -> None:  # under the lock
-        self.seq += 1
-        event = Event("record", _dumps(row.to_dict()), self.seq, row.op)
-        self.kept.setdefault(row.op, deque(maxlen=self.replay_per_op)).append(event)
-        self.publish(event)
-
-    def publish(self, event: Event) -> None:  # under the lock
-        for sub in [s for s in self.subscribers if s.wants(event)]:
-            try:
-                sub.queue.put_nowait(event)
-            except queue.Full:  # too slow: drop it rather than hold the fill
-                self.subscribers.discard(sub)
-                self.dropped += 1
-                _end(sub)
-
-    # -- serving (the handlers' side) -----------------------------------------------------------
-    def status(self) -> dict:  # under the lock
-        ops = {name: {"planned": c["planned"], "done": sum(c["statuses"].values()), "statuses": dict(c["statuses"])}
-               for name, c in self.ops.items()}
-        statuses: dict = {}
-        for c in ops.values():
-            for k, v in c["statuses"].items():
-                statuses[k] = statuses.get(k, 0) + v
-        return {"service": SERVICE, "protocol": PROTOCOL, "version": __version__, "session": self.id,
-                "command": "fill", "state": self.state, "started_at": self.started_at, "host": HOST,
-                "port": self.port, "device": self.device, "planned": sum(c["planned"] for c in ops.values()),
-                "done": sum(c["done"] for c in ops.values()), "to_measure": self.to_measure,
-                "measured": sum(v for k, v in statuses.items() if k in STATUSES), "statuses": statuses,
-                "ops": ops, "interrupted": self.interrupted, "error": self.error}
-
-    def status_json(self) -> str:  # under the lock
-        return _dumps(self.status())
-
-    def snapshot(self) -> str:
-        with self.lock:
-            return self.status_json()
-
-    def subscribe(self, op: str | None, after: int) -> tuple[Event, list[Event], Subscriber]:
-        """The ``session`` event, the kept record events after ``after`` and a queue of what follows
-        (``complete`` already in it when the fill has ended)."""
-        sub = Subscriber(op, self.queue_size)
-        with self.lock:
-            kept = self.kept.get(op, ()) if op is not None else [e for q in self.kept.values() for e in q]
-            replay = sorted((e for e in kept if e.id > after), key=lambda e: e.id)
-            if self.completion is not None:
-                sub.queue.put_nowait(self.completion)
-            else:
-                self.subscribers.add(sub)
-            self.subscribed.set()
-            return Event("session", self.status_json()), replay, sub
-
-    def unsubscribe(self, sub: Subscriber) -> None:
-        with self.lock:
-            self.subscribers.discard(sub)
-
-    def end_streams(self) -> None:
-        with self.lock:
-            for sub in self.subscribers:
-                _end(sub)
-            self.subscribers.clear()
-
-
-def _end(sub: Subscriber) -> None:
-    """Make ``sub``'s stream end at its next event, making room in a full queue (only the lock holder puts)."""
-    try:
-        sub.queue.put_nowait(None)
-    except queue.Full:
-        try:
-            sub.queue.get_nowait()
-        except queue.Empty:
-            pass
-        sub.queue.put_nowait(None)
-
-
-def _dumps(obj) -> str:
-    """JSON a browser parses: NaN and infinities (JSON has neither) become null."""
-    try:
-        return json.dumps(obj, allow_nan=False, separators=(",", ":"))
-    except ValueError:
-        def finite(v):
-            if isinstance(v, float) and not math.isfinite(v):
-                return None
-            if isinstance(v, dict):
-                return {k: finite(x) for k, x in v.items()}
-            return [finite(x) for x in v] if isinstance(v, (list, tuple)) else v
-        return json.dumps(finite(obj), separators=(",", ":"))
 
 
 class LiveServer(Observer):
@@ -244,8 +72,10 @@ class LiveServer(Observer):
                                   "choose another port with --live PORT") from None
         self.port = self.httpd.server_address[1]
         self.httpd.live = self
-        self.session = Session(self.port, queue_size)
-        self.cache_wait = float(os.environ.get("POPCORN_LIVE_WAIT_S", CACHE_WAIT_S)) if cache_wait is None else cache_wait
+        self.session = Session(HOST, self.port, queue_size)
+        if cache_wait is None:
+            cache_wait = float(os.environ.get("POPCORN_LIVE_WAIT_S", CACHE_WAIT_S))
+        self.cache_wait = cache_wait
         self.keepalive_s, self.linger_s, self.out = keepalive_s, linger_s, out
         self.thread: threading.Thread | None = None
         self.closed = False
@@ -459,7 +289,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Vary", "Origin")
 
     def reply(self, code: int, body: dict | str, cors: bool = True, extra: dict | None = None) -> None:
-        data = (body if isinstance(body, str) else _dumps(body)).encode()
+        data = (body if isinstance(body, str) else dumps(body)).encode()
         length = self.headers.get("Content-Length", "0")
         if length.isdigit() and 0 < int(length) <= 65536:
             self.rfile.read(int(length))  # a body left unread would reset the connection before our reply

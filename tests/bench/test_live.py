@@ -30,11 +30,12 @@ from .fill_ops import SLICE
 WAIT_S = 300  # a stream or a fill that takes longer than this is stuck, not slow
 
 
-def fill_toy(live, **kw):
-    """Two cases of the toy slice, reference and toy:good: four pairs."""
+def fill_toy(live, backend="toy:good", **kw):
+    """Two cases of the toy slice, reference and ``backend``: four pairs."""
     kw.setdefault("limit", 2)
-    return fill([fill_ops.toy_scale], backends=["toy:good"], slice_spec=SLICE, device="cpu", trials=1,
-                observer=live, out=io.StringIO(), **kw)
+    kw.setdefault("out", io.StringIO())
+    return fill([fill_ops.toy_scale], backends=[backend], slice_spec=SLICE, device="cpu", trials=1,
+                observer=live, **kw)
 
 
 def server(**kw) -> LiveServer:
@@ -251,6 +252,25 @@ def test_the_server_is_gone_once_the_fill_returns_even_after_an_error(toy_cache)
     assert kind == "complete" and final["error"] == "RuntimeError: the fill broke"
     with pytest.raises(ConnectionRefusedError):
         request(broken.port)
+
+
+def test_a_drained_fill_completes_its_stream_and_closes_the_server(toy_cache, monkeypatch):
+    from popcorn.bench.fill import drain_on_sigterm
+
+    from .test_fill import TerminateAfter
+
+    monkeypatch.setenv("TOY_SLOW_S", "0.01")
+    with drain_on_sigterm() as terminated:
+        with server() as live:
+            stream = Stream(live.port)
+            assert stream.opened.wait(WAIT_S)
+            summary = fill_toy(live, "toy:slow", limit=8, out=TerminateAfter(at=4))
+    assert terminated and summary.interrupted
+    kind, _, final = stream.wait()[-1]
+    assert kind == "complete" and final["interrupted"] and final["measured"] == summary.measured
+    assert len(stream.records()) == summary.measured
+    with pytest.raises(ConnectionRefusedError):
+        request(live.port)
 
 
 def test_a_subscriber_that_never_reads_is_dropped_and_holds_neither_the_fill_nor_the_end(toy_cache, monkeypatch):
