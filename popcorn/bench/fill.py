@@ -4,7 +4,8 @@ hangs and OOMs.
 Planning (:mod:`popcorn.bench.tasks`) turns the plan of each op into tasks, skipping what the sink
 already holds and what static gates exclude; the runner (:mod:`popcorn.bench.runner`) measures them
 in a supervised worker and writes the rows to a sink (:mod:`popcorn.bench.sinks`): the user cache by
-default, or a run's shard directory (``--out``).
+default, or a run's shard directory (``--out``). An :class:`~popcorn.bench.summary.Observer` follows the
+fill beside the progress line: the live stream of ``--live`` (:mod:`popcorn.bench.live`).
 
 SIGTERM drains a fill as Ctrl-C does (:func:`drain_on_sigterm`, which ``bench fill`` holds): a Slurm
 walltime, ``scancel`` or a container stop writes every finished row and stops at the case in flight,
@@ -74,6 +75,7 @@ def fill(ops: list[Op], *, backends: list[str] | None = None, limit: int | None 
 
 
 def _both(line: ProgressLine, observer: Observer) -> Progress:
+    """The runner's one progress seam, feeding the terminal line and the observer."""
     def progress(task, row, summary):
         line(task, row, summary)
         observer(task, row, summary)
