@@ -186,22 +186,33 @@ def _view(args) -> int:
 def _sweep(args) -> int:
     """``popcorn sweep ...`` is ``python -m orchestration.cli ...``: popcorn never imports the Dagster code
     location (the import contract), so the sweep's commands run in a process of their own."""
+    return _source_checkout_module("orchestration.cli", "popcorn sweep", args.args or ["--help"])
+
+
+def _up(args) -> int:
+    """``popcorn up`` is ``python -m orchestration.up``: the Dagster UI and the explorer, side by side."""
+    return _source_checkout_module("orchestration.up", "popcorn up", args.args)
+
+
+def _source_checkout_module(module: str, command: str, argv: list[str]) -> int:
+    """Run ``python -m module argv`` from the source checkout beside this package; Ctrl-C is the module's
+    to handle (it hears it too and ends its own way)."""
     import os
     import subprocess
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
     if not (root / "orchestration" / "cli.py").exists():
-        print("popcorn sweep runs from a source checkout, where orchestration/ sits beside popcorn/: "
+        print(f"{command} runs from a source checkout, where orchestration/ sits beside popcorn/: "
               "clone the repository and `pip install -e '.[orchestration]'` there", file=sys.stderr)
         return 2
     path = [str(root)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    proc = subprocess.Popen([sys.executable, "-m", "orchestration.cli", *(args.args or ["--help"])],
+    proc = subprocess.Popen([sys.executable, "-m", module, *argv],
                             env={**os.environ, "PYTHONPATH": os.pathsep.join(path)})
     while True:
         try:
             return proc.wait()
-        except KeyboardInterrupt:  # the sweep's command hears Ctrl-C too and ends its own way
+        except KeyboardInterrupt:
             continue
 
 
@@ -338,6 +349,11 @@ def _parser() -> argparse.ArgumentParser:
                               "(submit, watch, resume, status)")
     sweep.add_argument("args", nargs=argparse.REMAINDER)
     sweep.set_defaults(run=_sweep)
+    up = groups.add_parser("up", add_help=False, prefix_chars="\0",
+                           help="start the Dagster UI and the kernel explorer on this machine's store (127.0.0.1; "
+                           "Ctrl-C stops both)")
+    up.add_argument("args", nargs=argparse.REMAINDER)
+    up.set_defaults(run=_up)
     return p
 
 
