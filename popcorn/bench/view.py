@@ -12,7 +12,8 @@ implementation code) decide a cell's state:
 * ``unregistered`` (blank): the implementation is not registered for the op.
 
 Non-reference cells carry the median forward speedup over timed current pass rows
-(``ref_fwd_ms / fwd_ms``), shown e.g. ``✔ 2.3x``.
+(``ref_fwd_ms / fwd_ms``), shown e.g. ``✔ 2.3x``, and the median step (forward + backward) speedup
+(``ref_step_ms / step_ms``), which the explorer shows beside it.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from popcorn.schema import PASS, REFERENCE, is_current, is_current_for
 
 from .record import Record
 
-EXPLORER = "streamlit run dashboards/explorer.py"
+EXPLORER = "streamlit run dashboards/app.py"
 ALL, SOME, NONE, STALE, EMPTY, UNREGISTERED = "all", "some", "none", "stale", "empty", "unregistered"
 MARKS = {ALL: "✔", SOME: "✔*", NONE: "✘", STALE: "?", EMPTY: "·", UNREGISTERED: ""}
 
@@ -40,6 +41,7 @@ class Cell:
     current: int = 0
     statuses: dict = field(default_factory=dict)  # current rows by status
     speedup: float | None = None  # median forward speedup over the reference; None for the reference itself
+    step_speedup: float | None = None  # the same for forward + backward, over gradient-mode rows with step times
 
 
 @dataclass(frozen=True)
@@ -61,10 +63,12 @@ def columns(ops: dict) -> list[str]:
     return ([REFERENCE] if REFERENCE in names else []) + sorted(names - {REFERENCE})
 
 
-def speedup(rows: list[Record]) -> float | None:
-    """Median ``ref_fwd_ms / fwd_ms`` over timed pass rows (None when none has both times)."""
-    ratios = [r.ref_fwd_ms / r.fwd_ms for r in rows
-              if r.status == PASS and r.fwd_ms and r.ref_fwd_ms]
+def speedup(rows: list[Record], timing: str = "fwd") -> float | None:
+    """Median ``ref_<timing>_ms / <timing>_ms`` over timed pass rows (None when none has both times);
+    ``timing`` is ``fwd`` or ``step``."""
+    ours, ref = f"{timing}_ms", f"ref_{timing}_ms"
+    ratios = [getattr(r, ref) / getattr(r, ours) for r in rows
+              if r.status == PASS and getattr(r, ours) and getattr(r, ref)]
     return statistics.median(ratios) if ratios else None
 
 
@@ -73,19 +77,25 @@ def current(records: list[Record], ops: dict, device: str | None = None) -> list
     return [r for r in records if r.op in ops and is_current_for(r, ops[r.op]) and device in (None, r.device)]
 
 
-def published() -> list[Record]:
-    """The rows of the published report dispatch loads (``$POPCORN_REPORT``, else the bundled one);
-    none when nothing was published there yet."""
+def published_table():
+    """The published report dispatch loads (``$POPCORN_REPORT``, else the bundled one) as an Arrow
+    table of the canonical schema; None when nothing was published there yet."""
     import pyarrow.parquet as pq
 
     from popcorn.dispatch.table import load
 
-    from .record import from_arrow
-
     table = load()
     if table.store_version is None:
-        return []
-    return from_arrow(pq.read_table(table.source.replace("dispatch-v", "report-v").replace(".json", ".parquet")))
+        return None
+    return pq.read_table(table.source.replace("dispatch-v", "report-v").replace(".json", ".parquet"))
+
+
+def published() -> list[Record]:
+    """The rows of :func:`published_table`; none when nothing was published there yet."""
+    from .record import from_arrow
+
+    table = published_table()
+    return [] if table is None else from_arrow(table)
 
 
 def cell(op, impl: str, rows: list[Record]) -> Cell:
@@ -99,8 +109,9 @@ def cell(op, impl: str, rows: list[Record]) -> Cell:
         statuses[r.status] = statuses.get(r.status, 0) + 1
     passes = statuses.get(PASS, 0)
     state = STALE if not current else ALL if passes == len(current) else SOME if passes else NONE
-    s = speedup(current) if impl != REFERENCE and passes else None
-    return Cell(state, len(rows), len(current), statuses, s)
+    timed = impl != REFERENCE and passes
+    return Cell(state, len(rows), len(current), statuses, speedup(current) if timed else None,
+                speedup(current, "step") if timed else None)
 
 
 def matrix(records: list[Record], ops: dict) -> Matrix:
@@ -145,9 +156,8 @@ def format_view(m: Matrix) -> str:
              + (f", {m.unregistered} of unregistered ops or implementations, not shown" if m.unregistered else "")
              + f") over {m.ops_with_rows} op(s)"]
     # The explorer ships in the source tree (dashboards/), not the wheel: say so when it is absent.
-    here = Path(__file__).resolve().parents[2] / "dashboards" / "explorer.py"
-    lines.append(f"Explorer: {EXPLORER}" + ("" if here.exists() else " (from a source checkout, once "
-                                            "dashboards/explorer.py exists)"))
+    here = Path(__file__).resolve().parents[2] / "dashboards" / "app.py"
+    lines.append(f"Explorer: {EXPLORER}" + ("" if here.exists() else " (from a source checkout)"))
     return "\n".join(lines)
 
 

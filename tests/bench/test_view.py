@@ -71,7 +71,7 @@ def test_run_view_footer():
     assert run_view(records, OPS, out=out) == 0
     text = out.getvalue()
     assert "3 rows (1 current, 1 of unregistered ops or implementations, not shown)" in text
-    assert f"Explorer: {EXPLORER}" in text and EXPLORER == "streamlit run dashboards/explorer.py"
+    assert f"Explorer: {EXPLORER}" in text and EXPLORER == "streamlit run dashboards/app.py"
     empty = io.StringIO()
     assert run_view([], OPS, out=empty) == 1 and "no records" in empty.getvalue()
 
