@@ -77,17 +77,31 @@ def current(records: list[Record], ops: dict, device: str | None = None) -> list
     return [r for r in records if r.op in ops and is_current_for(r, ops[r.op]) and device in (None, r.device)]
 
 
+def published_path() -> Path | None:
+    """The Parquet snapshot of the published report dispatch loads (``$POPCORN_REPORT``, else the
+    bundled one): the version ``CURRENT`` names; None when nothing was published there yet. The
+    dispatch table beside it is not parsed (on a large report that costs seconds)."""
+    from popcorn.core.settings import settings
+    from popcorn.dispatch.table import BUNDLED
+
+    current = Path(settings().report_dir or BUNDLED) / "CURRENT"
+    if not current.exists():
+        return None
+    return current.parent / f"report-v{current.read_text().strip()}.parquet"
+
+
 def published_table():
-    """The published report dispatch loads (``$POPCORN_REPORT``, else the bundled one) as an Arrow
-    table of the canonical schema; None when nothing was published there yet."""
+    """The published report as an Arrow table of the canonical schema; None when nothing was
+    published yet (:func:`published_path`)."""
     import pyarrow.parquet as pq
 
-    from popcorn.dispatch.table import load
-
-    table = load()
-    if table.store_version is None:
+    path = published_path()
+    if path is None:
         return None
-    return pq.read_table(table.source.replace("dispatch-v", "report-v").replace(".json", ".parquet"))
+    if not path.exists():
+        raise FileNotFoundError(f"{path.parent / 'CURRENT'} names {path.name}, which is missing; republish "
+                                "with `popcorn bench publish`")
+    return pq.read_table(path)
 
 
 def published() -> list[Record]:
@@ -98,20 +112,57 @@ def published() -> list[Record]:
     return [] if table is None else from_arrow(table)
 
 
-def cell(op, impl: str, rows: list[Record]) -> Cell:
-    if impl not in op.implementations:
-        return Cell(UNREGISTERED)
-    if not rows:
-        return Cell(EMPTY)
-    current = [r for r in rows if is_current(r, op.ref_hash, op.implementations[impl].impl_hash)]
+@dataclass(frozen=True)
+class Summary:
+    """What decides one (op, impl) cell, however the rows were read: how many rows, the current ones
+    by status, and the median speedups over current timed pass rows (:func:`speedup`)."""
+
+    rows: int
+    statuses: dict  # current rows by status
+    speedup: float | None = None
+    step_speedup: float | None = None
+
+
+def summarize(op, impl: str, rows: list[Record]) -> Summary:
+    """The :class:`Summary` of one pair's rows (rows of a registered implementation)."""
+    ref_hash, impl_hash = op.ref_hash, op.implementations[impl].impl_hash
+    current = [r for r in rows if is_current(r, ref_hash, impl_hash)]
     statuses: dict[str, int] = {}
     for r in current:
         statuses[r.status] = statuses.get(r.status, 0) + 1
-    passes = statuses.get(PASS, 0)
-    state = STALE if not current else ALL if passes == len(current) else SOME if passes else NONE
+    return Summary(len(rows), statuses, speedup(current), speedup(current, "step"))
+
+
+def cell_of(op, impl: str, s: Summary | None) -> Cell:
+    """A cell's state from its summary (None: no rows); see the module docstring."""
+    if impl not in op.implementations:
+        return Cell(UNREGISTERED)
+    if s is None or not s.rows:
+        return Cell(EMPTY)
+    current = sum(s.statuses.values())
+    passes = s.statuses.get(PASS, 0)
+    state = STALE if not current else ALL if passes == current else SOME if passes else NONE
     timed = impl != REFERENCE and passes
-    return Cell(state, len(rows), len(current), statuses, speedup(current) if timed else None,
-                speedup(current, "step") if timed else None)
+    return Cell(state, s.rows, current, dict(s.statuses), s.speedup if timed else None,
+                s.step_speedup if timed else None)
+
+
+def cell(op, impl: str, rows: list[Record]) -> Cell:
+    if impl not in op.implementations:
+        return Cell(UNREGISTERED)
+    return cell_of(op, impl, summarize(op, impl, rows) if rows else None)
+
+
+def matrix_of(summaries: dict, ops: dict, rows: int) -> Matrix:
+    """The matrix from per-pair summaries (``(op, impl) -> Summary``; pairs of unregistered ops or
+    implementations are counted, not shown) of ``rows`` records in all. The explorer summarizes a
+    large frame column-wise and comes here, as :func:`matrix` does from Records."""
+    cols = columns(ops)
+    cells = {(name, c): cell_of(ops[name], c, summaries.get((name, c))) for name in sorted(ops) for c in cols}
+    # every row of a registered pair lands in its cell: the counts add up from the cells
+    known = sum(c.rows for c in cells.values())
+    return Matrix(sorted(ops), cols, cells, rows, sum(c.current for c in cells.values()), rows - known,
+                  len({name for (name, _), c in cells.items() if c.rows}))
 
 
 def matrix(records: list[Record], ops: dict) -> Matrix:
@@ -119,11 +170,9 @@ def matrix(records: list[Record], ops: dict) -> Matrix:
     by_pair: dict[tuple[str, str], list[Record]] = {}
     for r in records:
         by_pair.setdefault((r.op, r.impl), []).append(r)
-    cols = columns(ops)
-    cells = {(name, c): cell(ops[name], c, by_pair.get((name, c), [])) for name in sorted(ops) for c in cols}
-    known = [r for r in records if r.op in ops and r.impl in ops[r.op].implementations]
-    return Matrix(sorted(ops), cols, cells, len(records), len(current(known, ops)),
-                  len(records) - len(known), len({r.op for r in known}))
+    summaries = {(o, i): summarize(ops[o], i, rows) for (o, i), rows in by_pair.items()
+                 if o in ops and i in ops[o].implementations}
+    return matrix_of(summaries, ops, len(records))
 
 
 # -- text ----------------------------------------------------------------------------------------
