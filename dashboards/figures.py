@@ -55,8 +55,8 @@ def _hover(rows: pd.DataFrame) -> list[str]:
             for c, s, r in zip(rows["case"], rows["status"], rows["reason"])]
 
 
-def curve_figure(rows: pd.DataFrame, metric: str, x_title: str, timing: str = "fwd",
-                 ceiling: float | None = None, live: pd.DataFrame | None = None) -> go.Figure:
+def curve_figure(rows: pd.DataFrame, metric: str, x_title: str, timing: str = "fwd", ceiling: float | None = None,
+                 live: pd.DataFrame | None = None, title: str | None = None) -> go.Figure:
     """One line per backend of ``metric`` against ``x`` over ``rows`` (op-frame rows with an ``x``
     column). Latency gets p20-p80 bars; bandwidth a dashed line at the device's copy ceiling when
     known; error a line at the cutoff. ``live`` rows (same columns) are drawn as highlighted points."""
@@ -86,8 +86,9 @@ def curve_figure(rows: pd.DataFrame, metric: str, x_title: str, timing: str = "f
                       annotation_text=f"device copy ceiling {ceiling:.0f} GB/s")
     if metric == "error":
         fig.add_hline(y=1.0, line_dash="dash", line_color="#d62728", annotation_text="cutoff")
-    fig.update_layout(title=m.title, xaxis_title=x_title, yaxis_title=m.axis.format(t=timing, m="fwd" if timing == "fwd" else "step"),
-                      legend_title_text="backend", margin=dict(l=10, r=10, t=40, b=10), height=380)
+    y_title = m.axis.format(t=timing, m="fwd" if timing == "fwd" else "step")
+    fig.update_layout(title=title or m.title, xaxis_title=x_title, yaxis_title=y_title, legend_title_text="backend",
+                      margin=dict(l=10, r=10, t=40, b=10), height=380)
     fig.update_xaxes(type="log")
     if m.log_y:
         fig.update_yaxes(type="log")

@@ -2,7 +2,8 @@
 measures it (``popcorn bench fill OP --live --timeout T --slice AXIS name=value ...``).
 
 A slice context is what :func:`popcorn.bench.slice_spec.parse_slice` returns: ``dtype``, every other
-dim axis (``...`` as the batch tuple), every scalar arg and ``present`` (optional tensors passed).
+dim axis (``...`` as the batch, a list), every scalar arg and ``present`` (a tuple of the optional
+tensors passed).
 :func:`fill_command` writes it so that parse_slice reads back the same context.
 """
 
@@ -28,7 +29,7 @@ def context_of(op, axis: str, config: str) -> dict:
         if a == axis:
             continue
         if a == BATCH:
-            context[BATCH] = tuple(c["batch"])
+            context[BATCH] = list(c["batch"])  # as parse_slice gives it
         elif a in c["dims"]:  # dims only an absent optional tensor names are not in the case
             context[a] = int(c["dims"][a])
     context.update(c["args"])
@@ -67,8 +68,10 @@ def rows_on(op, frame: pd.DataFrame, axis: str, context: dict) -> pd.DataFrame:
 
 
 def from_key(key: str) -> dict:
-    """The context a :func:`context_key` was made from (lists back to tuples)."""
-    return {k: tuple(v) if isinstance(v, list) else v for k, v in json.loads(key).items()}
+    """The context a :func:`context_key` was made from."""
+    context = json.loads(key)
+    context["present"] = tuple(context.get("present", ()))
+    return context
 
 
 def _value(v) -> str:

@@ -124,7 +124,8 @@ def slices_section(op, rows: pd.DataFrame, live: pd.DataFrame, device: str, port
     timing = right.radio("timing ", ["fwd", "bwd", "step"], horizontal=True, key="slice-timing")
     with left:
         fig = figures.curve_figure(on, metric, axis_title(op, axis), timing, ceiling=ceilings.copy_ceiling(device),
-                                   live=live_on if len(live_on) else None)
+                                   live=live_on if len(live_on) else None,
+                                   title=f"slice · {figures.METRICS[metric].title}")
         st.plotly_chart(fig, key="slice-plot", width="stretch")
     planned = slices.planned_points(op, axis, context, curves.PLAN_BYTES)
     measured = on["case_id"].nunique()
