@@ -88,7 +88,7 @@ def slice_picker(op, rows: pd.DataFrame, axis: str) -> dict | None:
         key = f"slice:{op.name}:{axis}:{name}"
         if st.session_state.get(key) not in labels:
             st.session_state[key] = labels[0]
-        label = "optional tensors" if name == "present" else name
+        label = {"present": "optional tensors", BATCH: f"... ({op.batch})"}.get(name, name)
         picked = cols[i % len(cols)].selectbox(label, labels, key=key)
         chosen[name] = values[labels.index(picked)]
     return {k: v for k, v in chosen.items() if v is not None or k in op.scalars}

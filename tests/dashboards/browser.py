@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # (this machine refuses it), a fresh profile.
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                  "--no-first-run", "--window-size=1400,1800", "--hide-scrollbars"]
+                  "--no-first-run", "--window-size=1600,1800", "--hide-scrollbars"]
 
 
 def chromium() -> str | None:
@@ -116,7 +116,7 @@ class Page:
         _wait(f"page condition {expression!r}", lambda: self.evaluate(expression), timeout)
 
     def screenshot(self, path: Path) -> Path:
-        data = self.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)["data"]
+        data = self.call("Page.captureScreenshot", format="png")["data"]
         path.write_bytes(base64.b64decode(data))
         return path
 
@@ -152,11 +152,11 @@ def chromium_page(timeout: float = 30):
         shutil.rmtree(profile, ignore_errors=True)
 
 
-def render(url: str, ready: str, png: Path, timeout: float = 60) -> str:
-    """Open ``url``, wait until the JS expression ``ready`` is true, screenshot to ``png``; the DOM."""
-    with chromium_page() as page:
-        page.call("Page.navigate", url=url)
-        page.wait_for(ready, timeout)
-        time.sleep(0.5)  # plotly draws its SVG in the frame after the element appears
-        page.screenshot(png)
-        return page.dom()
+def render(page: Page, url: str, ready: str, png: Path, timeout: float = 60) -> str:
+    """Open ``url`` in ``page``, wait until the JS expression ``ready`` is true, screenshot to ``png``;
+    returns the rendered DOM."""
+    page.call("Page.navigate", url=url)
+    page.wait_for(ready, timeout)
+    time.sleep(1.0)  # plotly draws its SVG, and the sidebar slides in, after the elements appear
+    page.screenshot(png)
+    return page.dom()
