@@ -113,57 +113,35 @@ def write_report(rows: list[dict], out: Path, version: int = 1) -> Path:
     return out
 
 
-def _timed(fn) -> float:
+def _render(path: str | None, **params) -> float:
+    """Seconds of one render of a page in a fresh session (AppTest); the overview when ``path`` is None.
+    Another page is reached the way a browser does, after the app's first run, and only its run is timed."""
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(ROOT / "dashboards" / "app.py"), default_timeout=120)
+    for k, v in params.items():
+        at.query_params[k] = v
+    if path:
+        at.run()
+        at.switch_page(path)
     t = time.perf_counter()
-    fn()
-    return time.perf_counter() - t
+    at.run()
+    seconds = time.perf_counter() - t
+    if at.exception:
+        raise RuntimeError(f"{path or 'overview'}: {at.exception[0].message}")
+    return seconds
 
 
 def time_pages(ops: list[str], warm_runs: int = 3) -> list[tuple[str, float, float]]:
-    """(page, first render s, median warm render s) through AppTest; the first render of the
-    overview reads the report, the others find it cached (as a running server does)."""
-    from streamlit.testing.v1 import AppTest
-
-    app = str(ROOT / "dashboards" / "app.py")
-
-    def page(path: str | None, **params):
-        def run():
-            at = AppTest.from_file(app, default_timeout=120)
-            for k, v in params.items():
-                at.query_params[k] = v
-            if path:
-                at.run()
-                at.switch_page(path)
-            at.run()
-            if at.exception:
-                raise RuntimeError(f"{path}: {at.exception[0].message}")
-        return run
-
-    # only the switch is timed for pages after the first: the app's main script runs in both
-    def switched(path, **params):
-        from streamlit.testing.v1 import AppTest as T
-
-        at = T.from_file(app, default_timeout=120)
-        for k, v in params.items():
-            at.query_params[k] = v
-        at.run()
-        at.switch_page(path)
-        t = _timed(at.run)
-        if at.exception:
-            raise RuntimeError(f"{path}: {at.exception[0].message}")
-        return t
-
+    """(page, first render s, median warm render s). The first render of the overview reads the report
+    and builds the matrix; a kernel page's first decodes its op's cases; later renders find them cached,
+    as a running server does."""
+    pages = [("overview", None, {})] + [(f"kernel ?op={name}", "views/kernel.py", {"op": name}) for name in ops]
+    pages.append(("live (nothing listening)", "views/live.py", {}))
     out = []
-    first = _timed(page(None))
-    warm = statistics.median(_timed(page(None)) for _ in range(warm_runs))
-    out.append(("overview", first, warm))
-    for name in ops:
-        first = switched("views/kernel.py", op=name)
-        warm = statistics.median(switched("views/kernel.py", op=name) for _ in range(warm_runs))
-        out.append((f"kernel ?op={name}", first, warm))
-    first = switched("views/live.py")
-    warm = statistics.median(switched("views/live.py") for _ in range(warm_runs))
-    out.append(("live (nothing listening)", first, warm))
+    for label, path, params in pages:
+        first = _render(path, **params)
+        out.append((label, first, statistics.median(_render(path, **params) for _ in range(warm_runs))))
     return out
 
 
