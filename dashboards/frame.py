@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import json
 import math
+
 import pandas as pd
 
+from popcorn.bench.plan import BATCH
 from popcorn.schema import CONCLUSIVE, KEY, PASS, REFERENCE
-
-BATCH = "..."  # the leading variadic axis (popcorn.bench.plan.BATCH)
 
 
 def fingerprints(ops: dict) -> tuple[dict, dict]:
@@ -61,7 +61,7 @@ def merge_frames(old: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
 
 # -- one op --------------------------------------------------------------------------------------
 
-_ITEMSIZE = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2}
+_ITEMSIZE = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2}  # outputs in the case dtype; ints 8
 
 
 def case_columns(op, config: str) -> dict:

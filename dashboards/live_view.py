@@ -41,7 +41,7 @@ def follow_remembered(op: str) -> Follow:
     if f.status:
         s = f.status
         done, total = s.get("completed", 0), s.get("total", 0)
-        st.sidebar.success(f"📡 fill {s.get('state', '?')} on port {f.port}: {done}/{total} "
+        st.sidebar.success(f"fill {s.get('state', '?')} on port {f.port}: {done}/{total} "
                            f"· {len(f.rows_of(op))} row(s) of {op} streamed")
         st.sidebar.page_link("views/live.py", label="Live fill page")
     return f

@@ -1,14 +1,17 @@
 """Kernel: one op (``?op=``): its math, named curves, slices with the command that extends them,
 sparse coverage samples and the case table. Rows a followed live fill streams appear as stars."""
 
+from datetime import timedelta
+
 import pandas as pd
 import streamlit as st
 
-from dashboards import ceilings, curves, data, figures, frame, live_view, slices
+from dashboards import ceilings, curves, data, figures, frame, live_view, slices, sources
 from popcorn.bench.plan import BATCH, dim_axes, primary_axis
 from popcorn.schema import STATUSES
 
 OPS = data.ops()
+LIVE_REFRESH = timedelta(seconds=2)
 source = st.session_state[data.SOURCE_KEY]
 
 
@@ -178,7 +181,7 @@ header(op)
 follow = live_view.follow_remembered(op.name)
 rows = data.op_rows(source, op.name)
 if rows.empty:
-    st.info(f"The {source} source has no rows of {op.name}. Measure some with `popcorn bench fill {op.name}`.")
+    st.info(f"The {sources.LABELS[source]} has no rows of {op.name}. Measure some with `popcorn bench fill {op.name}`.")
     st.stop()
 with st.sidebar:
     devices = rows["device"].value_counts()
@@ -192,7 +195,16 @@ if not stale:
                    "the sidebar to see them.")
     rows = rows[rows["current"]]
 live = live_view.live_rows(follow, op)
-named_curves_section(op, rows, live, device)
+
+
+def curves_following() -> None:
+    """The named curves, reading the fill's stream again on each timed rerun while it runs."""
+    f = live_view.follow(follow.port, budget=0.3) if follow.running else follow
+    named_curves_section(op, rows, live_view.live_rows(f, op), device)
+
+
+# While a fill runs, the curves rerun alone every few seconds so its rows appear as they are measured.
+st.fragment(run_every=LIVE_REFRESH if follow.running else None)(curves_following)()
 slices_section(op, rows, live, device, follow.port)
 coverage_section(op, rows)
 case_table(rows)
