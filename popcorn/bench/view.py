@@ -1,7 +1,8 @@
 """``popcorn bench view``: the support matrix (op x implementation).
 
-:func:`matrix` returns the data (the explorer's support page reads the same), :func:`format_view`
-turns it into the terminal text. Only current rows (measured against today's reference and
+:func:`matrix` returns the data from Records, :func:`matrix_of` from per-pair summaries (the explorer
+summarizes a large report column-wise and builds the same cells there); :func:`format_view` turns it
+into the terminal text. Only current rows (measured against today's reference and
 implementation code) decide a cell's state:
 
 * ``all``   (``✔``):  every current row passes;

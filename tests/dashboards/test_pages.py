@@ -53,7 +53,7 @@ def test_overview_matrix_and_counts(app):
     assert metrics["ops"] == "3" and metrics["devices"] == "1" and metrics["fail"] == "4"
 
 
-def test_selecting_a_matrix_row_opens_the_kernel_page(app):
+def test_the_kernel_page_opens_on_the_op_in_the_url(app):
     at = app.run()
     at.query_params["op"] = "softmax"
     at.switch_page("views/kernel.py").run()
