@@ -19,10 +19,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -86,6 +89,8 @@ def main() -> int:
     ap.add_argument("--agree-limit", type=int, default=5, help="cases per op of the agreement check (0: skip)")
     ap.add_argument("--trials", type=int, default=10)
     ap.add_argument("--skip-throughput", action="store_true")
+    ap.add_argument("--seconds", type=float, help="stop the throughput run after this long (as Ctrl-C would) and "
+                    "report what it measured: a device time limit then costs nothing")
     ap.add_argument("--json", type=Path, help="write the results here")
     ap.add_argument("--keep", type=Path, help="copy each run's shards here (DIR/<run>/<op>.jsonl): evidence to merge")
     args = ap.parse_args()
@@ -129,7 +134,12 @@ def main() -> int:
                 ok = par["median_abs_log"] <= max(rep["p90_abs_log"], 0.02)
                 print(f"  parallel agrees with serial within the run-to-run spread: {'yes' if ok else 'NO'}", flush=True)
     if not args.skip_throughput:
+        stop = threading.Timer(args.seconds or math.inf, os.kill, (os.getpid(), signal.SIGINT))
+        stop.daemon = True
+        if args.seconds:
+            stop.start()
         done(one_fill(args.ops, args.limit, args.workers, args.trials, root, f"parallel-{args.workers}"))
+        stop.cancel()
     return 0
 
 

@@ -55,7 +55,20 @@ def _positive(text: str) -> int:
     return n
 
 
+def _port(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port (1-65535); name the ops before --live, "
+                                         "or give it a port: --live 9000")
+    return n
+
+
 def _fill(args) -> int:
+    from contextlib import nullcontext
+
     from popcorn.bench.fill import ShardSink, drain_on_sigterm, fill, write_summary
     from popcorn.kernels import OPS
 
@@ -65,11 +78,22 @@ def _fill(args) -> int:
     if args.slice and len(args.ops) != 1:
         print("--slice describes one op's context: name exactly one op", file=sys.stderr)
         return 2
+    live = None
+    if args.live is not None:  # listen before measuring anything: a taken port fails the command at once
+        from popcorn.bench.live import LiveServer, LiveUnavailable
+
+        try:
+            live = LiveServer(args.live)
+        except LiveUnavailable as e:
+            print(f"popcorn bench fill: --live: {e}", file=sys.stderr)
+            return 2
     with drain_on_sigterm() as terminated:  # a walltime or scancel drains the fill as Ctrl-C does
         try:
-            summary = fill(ops, backends=args.backend, limit=args.limit, force=args.force, timeout=args.timeout,
-                           slice_spec=args.slice, trials=args.trials, device=args.device, curves=args.curves_only,
-                           strata=args.stratum, sink=ShardSink(args.out) if args.out else None, workers=args.workers)
+            with live or nullcontext():  # the server ends with the fill, however the fill ends
+                summary = fill(ops, backends=args.backend, limit=args.limit, force=args.force,
+                               timeout=args.timeout, slice_spec=args.slice, trials=args.trials, device=args.device,
+                               curves=args.curves_only, strata=args.stratum,
+                               sink=ShardSink(args.out) if args.out else None, workers=args.workers, observer=live)
         except ValueError as e:
             print(f"popcorn bench fill: {e}", file=sys.stderr)
             return 2
@@ -268,6 +292,9 @@ def _parser() -> argparse.ArgumentParser:
     f.add_argument("--out", metavar="DIR", help="write JSONL shards (DIR/<op>.jsonl) instead of the user cache; "
                    "cases DIR already holds are skipped; `popcorn bench merge DIR` folds them into the store; "
                    "DIR/fill-summary.json says what the fill did")
+    f.add_argument("--live", nargs="?", type=_port, const=8765, metavar="PORT",
+                   help="stream the rows of this fill to the kernel explorer from http://127.0.0.1:PORT while it "
+                   "runs (default port 8765); a --slice fill streams the slice's cached rows first")
     f.add_argument("--workers", type=_positive, metavar="N",
                    help="cases measured side by side: compiles and correctness runs overlap, timing keeps the "
                    "device alone (default: one per two host cores on a GPU, at most 8; 1 on CPU)")

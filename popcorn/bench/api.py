@@ -63,13 +63,13 @@ def _log(row: Record) -> None:
 
 def run_case(op: Op, impl: Implementation, case: Case, draw, grad: bool, device: torch.device, *,
              trials: int, timing: bool, truths=None) -> Result:
-    """Check ``impl`` against the reference on ``case`` and, after a pass, time it (holding the device
-    alone: :mod:`popcorn.bench.lane`). ``truths``: the reference's side of each trial, when shared."""
+    """Check ``impl`` against the reference on ``case`` and, after a pass, time it (its timed samples
+    hold the device alone: :mod:`popcorn.bench.lane`). ``truths``: the reference's side of each trial, when shared."""
     result = check(op.reference, lambda **a: impl.invoke(a), draw, trials=trials, grad=grad, frozen=impl.no_grad,
                    out_dtypes=impl.expected_dtypes, truths=truths)
     if result.passed and timing:
         try:
-            with lane.hold(lane.EXCLUSIVE), lane.phase("timing"):
+            with lane.phase("timing"):  # measure holds the device alone for its timed samples
                 result.timing, result.timer = measure(lambda **a: impl.invoke(a), draw(0), grad, device)
         except Exception as e:  # noqa: BLE001 - a timing failure never overwrites correctness
             if is_oom(e):

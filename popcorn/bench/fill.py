@@ -4,7 +4,8 @@ hangs and OOMs.
 Planning (:mod:`popcorn.bench.tasks`) turns the plan of each op into tasks, skipping what the sink
 already holds and what static gates exclude; the runner (:mod:`popcorn.bench.runner`) measures them
 in a supervised worker and writes the rows to a sink (:mod:`popcorn.bench.sinks`): the user cache by
-default, or a run's shard directory (``--out``).
+default, or a run's shard directory (``--out``). An :class:`~popcorn.bench.summary.Observer` follows the
+fill beside the progress line: the live stream of ``--live`` (:mod:`popcorn.bench.live`).
 
 SIGTERM drains a fill as Ctrl-C does (:func:`drain_on_sigterm`, which ``bench fill`` holds): a Slurm
 walltime, ``scancel`` or a container stop writes every finished row and stops at the case in flight,
@@ -20,9 +21,9 @@ from contextlib import contextmanager
 
 from popcorn.core.registry import Op
 
-from .runner import run
+from .runner import interrupt_once, run
 from .sinks import ShardSink, Sink, UserCacheSink  # noqa: F401 - ShardSink: the CLI's --out
-from .summary import ProgressLine, Summary
+from .summary import Observer, Progress, ProgressLine, Summary
 from .tasks import CPU_BUDGET_BYTES, REFERENCE_TIMEOUT, Skip, device_bytes, plan_tasks, watchdog  # noqa: F401 - fill's limits
 
 SUMMARY_FILE = "fill-summary.json"  # what a fill into a shard directory leaves beside its shards
@@ -31,14 +32,15 @@ SUMMARY_FILE = "fill-summary.json"  # what a fill into a shard directory leaves 
 def fill(ops: list[Op], *, backends: list[str] | None = None, limit: int | None = None, force: bool = False,
          timeout: float = 300.0, slice_spec: list[str] | None = None, trials: int = 10,
          device: str | None = None, curves: bool = False, strata: list[str] | None = None, out=sys.stderr,
-         sink: Sink | None = None, workers: int | None = None) -> Summary:
+         sink: Sink | None = None, workers: int | None = None, observer: Observer | None = None) -> Summary:
     """Measure the plan of each op for the reference and every installed backend; returns the Summary.
 
     ``curves``: the named curves alone (a release fill). ``strata``: the plan's cases of these strata alone
     (a sweep partition's). Pairs a static gate or forward-only flag excludes are counted as ``gated`` and
     never reach the worker. ``sink``: where rows go and what
     counts as cached (default: the user cache). ``workers``: cases measured side by side (default:
-    :func:`default_workers` for the device)."""
+    :func:`default_workers` for the device). ``observer``: follows the fill (the live stream): the plan,
+    each pair counted, the end; of the cached rows it sees only a ``slice_spec`` fill's."""
     sink = sink or UserCacheSink()
     try:
         try:
@@ -47,20 +49,37 @@ def fill(ops: list[Op], *, backends: list[str] | None = None, limit: int | None 
                                device=device, out=out)
         except KeyboardInterrupt:
             return Summary(interrupted=True)
-        line = ProgressLine(out)
-        summary = run(tasks, sink, line, workers=default_workers(device) if workers is None else workers)
-        line.end()
-        planned = [s.task if isinstance(s, Skip) else s for s in tasks.steps]
-        summary.pairs = [(t.op, t.impl, t.case.case_id, t.grad) for t in planned]
-        summary.unavailable = tasks.unavailable
         import torch
 
         from .api import device_name
 
-        summary.device = device_name(torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu")))
+        device_label = device_name(torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu")))
+        line = ProgressLine(out)
+        progress = line
+        if observer is not None:
+            # a slice is drawn whole (its cached points first); a plain fill shows only what it measures
+            replay = [s.row for s in tasks.skipped if s.why == "cached" and s.row is not None] if slice_spec else []
+            observer.planned(tasks, device_label, replay)
+            progress = _both(line, observer)
+        summary = run(tasks, sink, progress, workers=default_workers(device) if workers is None else workers)
+        line.end()
+        planned = [s.task if isinstance(s, Skip) else s for s in tasks.steps]
+        summary.pairs = [(t.op, t.impl, t.case.case_id, t.grad) for t in planned]
+        summary.unavailable = tasks.unavailable
+        summary.device = device_label
+        if observer is not None:
+            observer.finished(summary)
         return summary
     finally:
         sink.close()
+
+
+def _both(line: ProgressLine, observer: Observer) -> Progress:
+    """The runner's one progress seam, feeding the terminal line and the observer."""
+    def progress(task, row, summary):
+        line(task, row, summary)
+        observer(task, row, summary)
+    return progress
 
 
 def write_summary(summary: Summary, directory) -> None:
@@ -94,18 +113,5 @@ def drain_on_sigterm():
     case in flight, writes every finished row and returns an ``interrupted`` Summary, as after Ctrl-C.
     Later SIGTERMs are ignored, so a second one (Slurm signals every process of a job, then its batch
     script may forward the signal) cannot cut the flush short. Off the main thread it does nothing."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    fired = []
-
-    def interrupt(signum, frame):
-        if not fired:
-            fired.append(signum)
-            raise KeyboardInterrupt(f"signal {signum}")
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
+    with interrupt_once(signal.SIGTERM) as fired:
         yield fired
-    finally:
-        signal.signal(signal.SIGTERM, previous)

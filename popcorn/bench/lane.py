@@ -28,13 +28,22 @@ def connect(conn) -> None:
     _conn = conn
 
 
+_nested: list[float] = []  # per open phase, the seconds of the phases inside it
+
+
 @contextlib.contextmanager
 def phase(name: str):
+    """Adds the block's seconds to ``clock[name]``, less those of phases inside it (a lane wait
+    within timing counts once, as wait)."""
     t0 = time.perf_counter()
+    _nested.append(0.0)
     try:
         yield
     finally:
-        clock[name] = clock.get(name, 0.0) + time.perf_counter() - t0
+        spent = time.perf_counter() - t0
+        clock[name] = clock.get(name, 0.0) + spent - _nested.pop()
+        if _nested:
+            _nested[-1] += spent
 
 
 @contextlib.contextmanager

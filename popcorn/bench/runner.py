@@ -17,6 +17,7 @@ import os
 import signal
 import threading
 import time
+from contextlib import contextmanager
 from typing import Iterable
 
 import torch
@@ -46,15 +47,39 @@ def run(tasks: Tasks | Iterable[Task], sink: Sink, progress: Progress | None = N
     task."""
     tasks = tasks if isinstance(tasks, Tasks) else Tasks(list(tasks))
     runner = _Runner(sink, progress, max(1, workers), tasks)
-    try:
-        runner.go()
-    except KeyboardInterrupt:
-        runner.summary.interrupted = True
-    finally:
-        runner.finish()
+    with interrupt_once(signal.SIGINT) as fired:  # a second Ctrl-C (or one sent to the process group)
+        try:
+            runner.go()
+        except KeyboardInterrupt:
+            runner.summary.interrupted = True
+        finally:
+            fired.append("draining")  # nor may a first one that comes now
+            runner.finish()
     if runner.error is not None and not runner.summary.interrupted:
         raise runner.error
     return runner.summary
+
+
+@contextmanager
+def interrupt_once(signum: int):
+    """While held, the first ``signum`` raises KeyboardInterrupt in the main thread and later ones are
+    ignored, so the drain it starts (stop at the case in flight, write every finished row) runs to its
+    end. Off the main thread it does nothing."""
+    fired: list = []  # the holder may append to silence the signal from then on
+    if threading.current_thread() is not threading.main_thread():
+        yield fired
+        return
+
+    def interrupt(sig, frame):
+        if not fired:
+            fired.append(sig)
+            raise KeyboardInterrupt(f"signal {sig}")
+
+    previous = signal.signal(signum, interrupt)
+    try:
+        yield fired
+    finally:
+        signal.signal(signum, previous)
 
 
 class _Runner:
@@ -189,28 +214,21 @@ class _Runner:
             self.stop.set()
 
     def finish(self) -> None:
-        # a second Ctrl-C (or a signal sent to the whole process group) must not cut the flush short
-        main = threading.current_thread() is threading.main_thread()
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
-        try:
-            interrupted = self.summary.interrupted or self.stop.is_set()
-            self.stop.set()
-            if self.arbiter is not None:
-                self.arbiter.close()
-            for slot in self.slots:
-                slot.stop_worker(kill=interrupted)
-            for t in self.threads:  # a slot still taking its worker's last words adds no row after the flush
-                t.join(30)
-            with self.lock:  # rows measured beside a task that never finished are evidence all the same
-                for o in sorted(self.held):
-                    task, row = self.held.pop(o)
-                    self.count(o, task, row)
-            self.flush()
-            if self.arbiter is not None:
-                self.summary.busy_s = self.arbiter.busy()
-        finally:
-            if previous is not None:
-                signal.signal(signal.SIGINT, previous)
+        interrupted = self.summary.interrupted or self.stop.is_set()
+        self.stop.set()
+        if self.arbiter is not None:
+            self.arbiter.close()
+        for slot in self.slots:
+            slot.stop_worker(kill=interrupted)
+        for t in self.threads:  # a slot still taking its worker's last words adds no row after the flush
+            t.join(30)
+        with self.lock:  # rows measured beside a task that never finished are evidence all the same
+            for o in sorted(self.held):
+                task, row = self.held.pop(o)
+                self.count(o, task, row)
+        self.flush()
+        if self.arbiter is not None:
+            self.summary.busy_s = self.arbiter.busy()
 
 
 def _device_memory(tasks: Tasks, workers: int) -> int | None:

@@ -17,12 +17,28 @@ from typing import TYPE_CHECKING, Callable
 from .record import STATUSES, Record
 
 if TYPE_CHECKING:
-    from .tasks import Task
+    from .tasks import Task, Tasks
 
 PHASES = ("warmup", "truth", "trials", "timing", "wait")
 
 # progress(task, row, summary) after each task taken: ``row`` is the measured Record, None when pruned
 Progress = Callable[["Task", "Record | None", "Summary"], None]
+
+
+class Observer:
+    """Follows a fill beside its progress line (the live stream, :mod:`popcorn.bench.live`): the plan
+    before the first case, each pair as the runner counts it (a :data:`Progress`), then the end. The
+    pair calls come from the runner's threads while it holds its lock: an observer must not block."""
+
+    def planned(self, tasks: Tasks, device: str, replay: list[Record]) -> None:
+        """The fill's Tasks on ``device`` (its rows' device name); ``replay``: cached rows to show before
+        the measured ones (a ``--slice`` fill's: the slice is drawn whole)."""
+
+    def __call__(self, task: Task, row: Record | None, summary: Summary) -> None:
+        """A pair counted: ``row`` as written to the sink, None when pruned."""
+
+    def finished(self, summary: Summary) -> None:
+        """The fill ran to its end or was drained (``summary.interrupted``)."""
 
 
 @dataclass

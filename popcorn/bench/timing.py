@@ -20,6 +20,7 @@ import torch
 
 from popcorn.core.settings import settings
 
+from . import lane
 from .calls import cotangents, graded, leaves_of, outputs_of, prepare
 
 GRAPH_BELOW_MS = 1.0  # below this, per-call events carry launch gaps and L2 luck: replay graphs instead
@@ -227,47 +228,62 @@ def host_us(call: Callable, device: torch.device, n: int = 20) -> float:
 
 
 def measure(fn: Callable, arguments: dict, grad: bool, device: torch.device) -> tuple[dict, str]:
-    """Time forward, backward and the step of ``fn`` on ``arguments``; returns (timing columns, timer)."""
+    """Time forward, backward and the step of ``fn`` on ``arguments``; returns (timing columns, timer).
+
+    Only the timed samples hold the device alone (:mod:`popcorn.bench.lane`): peak memory is counted
+    per process and host time is the CPU's, so other workers' trials may run beside them."""
     step = Step(fn, arguments, grad)
-    step.step() if grad else step.forward()  # lazy compiles and autotuning must not count as memory
     out: dict = {}
-    out["fwd_mem_mb"] = peak_mb(step.forward, device)
-    if grad:
-        out["step_mem_mb"] = peak_mb(step.step, device)
+    with lane.hold(lane.SHARED):
+        step.step() if grad else step.forward()  # lazy compiles and autotuning must not count as memory
+        out["fwd_mem_mb"] = peak_mb(step.forward, device)
+        if grad:
+            out["step_mem_mb"] = peak_mb(step.step, device)
     timer_name = "cpu"
     if device.type == "cuda":
         samples, timer_name = _cuda_samples(CudaTimer(device), step, fn, arguments, grad)
     else:
-        samples = {"fwd": time_cpu(step.forward)}
-        if grad:
-            samples["bwd"] = time_cpu(*reversed(step.backward_pair()))
-            samples["step"] = time_cpu(step.step)
+        with lane.hold(lane.EXCLUSIVE):
+            samples = {"fwd": time_cpu(step.forward)}
+            if grad:
+                samples["bwd"] = time_cpu(*reversed(step.backward_pair()))
+                samples["step"] = time_cpu(step.step)
     for k, s in samples.items():
         out[f"{k}_ms"], out[f"{k}_q20_ms"], out[f"{k}_q80_ms"] = (round(v, 6) for v in quantiles(s))
-    out["host_us"] = round(host_us(step.forward, device), 3)
-    if grad:  # what an eager training loop pays the host per call: ranks eager calls beside device time
-        out["step_host_us"] = round(host_us(step.step, device), 3)
+    with lane.hold(lane.SHARED):
+        out["host_us"] = round(host_us(step.forward, device), 3)
+        if grad:  # what an eager training loop pays the host per call: ranks eager calls beside device time
+            out["step_host_us"] = round(host_us(step.step, device), 3)
     return out, timer_name
 
 
 def _cuda_samples(timer: CudaTimer, step: Step, fn, arguments: dict, grad: bool) -> tuple[dict, str]:
     """Graph replays for a forward (and step) shorter than GRAPH_BELOW_MS, per-call events otherwise and
-    for the backward (each needs a fresh forward) and wherever a graph cannot be captured."""
+    for the backward (each needs a fresh forward) and wherever a graph cannot be captured. Each timed
+    quantity holds the device alone; building the input copies does not."""
+    alone = lambda: lane.hold(lane.EXCLUSIVE)  # noqa: E731
     samples = {}
     if grad:
         setup, call = step.backward_pair()
-        samples["bwd"] = timer.events(call, setup)
-    est = timer._estimate(step.forward, _noop)
+        with alone():
+            samples["bwd"] = timer.events(call, setup)
+    with alone():
+        est = timer._estimate(step.forward, _noop)
     if est < GRAPH_BELOW_MS:
         try:
-            steps = [Step(fn, arguments, grad) for _ in range(timer.copies(arguments))]
-            samples["fwd"] = timer.graph([s.forward for s in steps], est)
+            with lane.hold(lane.SHARED):
+                steps = [Step(fn, arguments, grad) for _ in range(timer.copies(arguments))]
+            with alone():
+                samples["fwd"] = timer.graph([s.forward for s in steps], est)
             if grad:
-                samples["step"] = timer.graph([s.step for s in steps], timer._estimate(step.step, _noop))
+                with alone():
+                    samples["step"] = timer.graph([s.step for s in steps], timer._estimate(step.step, _noop))
             return samples, "cuda-graph"
         except Exception:  # noqa: BLE001 - a kernel that syncs or allocates on the host cannot be captured
             torch.cuda.synchronize(timer.device)
-    samples["fwd"] = timer.events(step.forward)
+    with alone():
+        samples["fwd"] = timer.events(step.forward)
     if grad:
-        samples["step"] = timer.events(step.step)
+        with alone():
+            samples["step"] = timer.events(step.step)
     return samples, "cuda-events"

@@ -157,7 +157,10 @@ def serve(conn, sentinel: str, device: str, lanes: bool = False, compile_threads
     if lanes:
         lane.connect(conn)
     probe(dev)
-    conn.send(("ready", os.getpid()))
+    try:
+        conn.send(("ready", os.getpid()))
+    except (BrokenPipeError, EOFError):  # the fill ended (Ctrl-C) while this worker was starting
+        return
     path = Path(sentinel)
     while True:
         task = conn.recv()

@@ -184,3 +184,25 @@ def test_cli_fill_out_writes_shards_not_the_user_cache(env):
     assert summary["measured"] == 2 and summary["counts"] == [{"op": "rms_norm", "impl": "torch", "pass": 2}]
     assert sorted(tuple(p) for p in summary["pairs"]) == sorted(("rms_norm", "torch", r.case_id, r.grad) for r in rows)
     assert store.jsonl_files([env / "shards"]) == [env / "shards" / "rms_norm.jsonl"]  # merge reads the shards alone
+
+
+def test_only_the_first_interrupt_stops_a_fill_and_none_cuts_its_drain():
+    # timeout(1) signals the command and then its whole process group: two SIGINTs a moment apart
+    import signal
+
+    from popcorn.bench.runner import interrupt_once
+    with interrupt_once(signal.SIGINT) as fired:
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(10**6):  # the handler runs between bytecodes
+                pass
+        os.kill(os.getpid(), signal.SIGINT)  # the second: ignored while the drain runs
+        for _ in range(10**5):
+            pass
+        assert fired == [signal.SIGINT]
+    with interrupt_once(signal.SIGINT) as fired:
+        fired.append("draining")  # a fill that finished on its own: a first signal now is ignored too
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(10**5):
+            pass
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
