@@ -1,9 +1,10 @@
-"""A client of ``popcorn bench fill --live``: its status and the records it streams.
+"""A client of ``popcorn bench fill --live`` (protocol 1, :mod:`popcorn.bench.live`): its status and
+the records it streams.
 
-The fill serves on 127.0.0.1:PORT (default 8765): ``GET /v1/status`` (JSON: session, state,
-total, completed, statuses, ...) and ``GET /v1/events`` (Server-Sent Events: ``session``,
-``record`` (data: a record dict, or ``{"record": {...}}``), ``progress``, ``complete``; comments
-starting with ':' keep the connection alive; ``id:`` lines number records, and a reconnect with
+The fill serves on 127.0.0.1:PORT (default 8765): ``GET /v1/status`` (JSON: service, protocol,
+session, state, planned, done, measured, statuses, ops, ...) and ``GET /v1/events`` (Server-Sent
+Events: ``session``, ``record`` (data: a record dict), ``progress``, ``complete``; comments starting
+with ':' keep the connection alive; ``id:`` lines number records, and a reconnect with
 ``Last-Event-ID`` gets only later ones). A Streamlit rerun must not block, so every read has a
 short socket timeout and a reading budget: the client takes what has arrived and returns.
 """
@@ -16,8 +17,8 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 
-DEFAULT_PORT = 8765
-SERVICE = "popcorn.bench.live"
+from popcorn.bench.live import DEFAULT_PORT  # noqa: F401 - the pages' default
+from popcorn.bench.live_session import PROTOCOL, SERVICE
 
 
 @dataclass
@@ -71,8 +72,11 @@ def status(port: int, timeout: float = 0.5) -> dict | None:
         data = json.loads(body)
     except ValueError:
         raise NotPopcorn(f"port {port} answers /v1/status with something other than JSON") from None
-    if not isinstance(data, dict) or ("state" not in data and data.get("service") != SERVICE):
+    if not isinstance(data, dict) or data.get("service") != SERVICE:
         raise NotPopcorn(f"port {port} answers /v1/status, but not as a popcorn fill")
+    if data.get("protocol") != PROTOCOL:
+        raise NotPopcorn(f"the fill on port {port} speaks live protocol {data.get('protocol')}, this explorer "
+                         f"{PROTOCOL}: run the explorer of the popcorn that runs the fill")
     return data
 
 

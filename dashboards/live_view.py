@@ -40,8 +40,8 @@ def follow_remembered(op: str) -> Follow:
     f = follow(remembered_port(), budget=0.5)
     if f.status:
         s = f.status
-        done, total = s.get("completed", 0), s.get("total", 0)
-        st.sidebar.success(f"fill {s.get('state', '?')} on port {f.port}: {done}/{total} "
+        done, planned = s.get("done", 0), s.get("planned", 0)
+        st.sidebar.success(f"fill {s.get('state', '?')} on port {f.port}: {done}/{planned} "
                            f"· {len(f.rows_of(op))} row(s) of {op} streamed")
         st.sidebar.page_link("views/live.py", label="Live fill page")
     return f

@@ -15,9 +15,8 @@ from decimal import Decimal
 
 import pandas as pd
 
+from popcorn.bench.live import DEFAULT_PORT as LIVE_PORT
 from popcorn.bench.plan import BATCH, dim_axes
-
-LIVE_PORT = 8765  # popcorn bench fill --live's default port
 FILL_TIMEOUT = 300  # room for a backend's first compilation (the fill's own default)
 
 

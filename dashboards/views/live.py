@@ -74,24 +74,23 @@ def show(port: int) -> None:
         return
     if not f.status:
         st.info(f"No fill is running on port {port}. Start one with `popcorn bench fill OP --live"
-                + ("" if port == DEFAULT_PORT else f" {port}") + "`; this page finds it when you rerun it.")
+                + ("" if port == DEFAULT_PORT else f" {port}") + "`; this page looks again every few seconds.")
         if f.rows:
             st.caption(f"The last fill on this port streamed {len(f.rows)} row(s):")
             st.dataframe(records_table(f.rows), hide_index=True, key="last-records")
         return
     s = f.status
-    total, done = int(s.get("total") or 0), int(s.get("completed") or 0)
-    st.markdown(f"**{s.get('state', '?')}** · {', '.join(s.get('ops') or [])} on {s.get('device', '?')} "
+    planned, done = int(s.get("planned") or 0), int(s.get("done") or 0)
+    st.markdown(f"**{s.get('state', '?')}** · {', '.join(s.get('ops') or {})} on {s.get('device') or '?'} "
                 f"· session `{str(s.get('session', ''))[:8]}`")
-    st.progress(min(1.0, done / total) if total else 0.0, text=f"{done} / {total} cases")
-    counts = dict(s.get("statuses") or {})
-    for key in ("measured", "cached", "pruned", "skipped"):
-        if key in s:
-            counts[key] = s[key]
-    if counts:
-        cols = st.columns(len(counts))
-        for c, (k, n) in zip(cols, counts.items()):
-            c.metric(k, n)
+    st.progress(min(1.0, done / planned) if planned else 0.0, text=f"{done} / {planned} pairs (op, backend, case)")
+    # pairs by status, and those planning skipped (cached, gated) or a frontier pruned
+    counts = {"measured": s.get("measured", 0), **(s.get("statuses") or {})}
+    cols = st.columns(len(counts))
+    for c, (k, n) in zip(cols, counts.items()):
+        c.metric(k, n)
+    if s.get("interrupted"):
+        st.warning("The fill was interrupted; the same command measures the rest.")
     if s.get("error"):
         st.error(s["error"])
     st.subheader("Last records")

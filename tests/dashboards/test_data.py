@@ -79,6 +79,17 @@ def test_the_fill_command_of_the_spec():
     assert "--live 9000 --timeout" in slices.fill_command(OPS["rms_norm"], "normalized_shape", context, port=9000)
 
 
+@pytest.mark.parametrize("port", [8765, 9000])
+def test_the_popcorn_command_line_reads_the_fill_command(port):
+    from popcorn.cli import _parser
+
+    context = {"dtype": "bfloat16", "...": [4096], "eps": 1e-5, "present": ()}
+    command = slices.fill_command(OPS["rms_norm"], "normalized_shape", context, port=port)
+    args = _parser().parse_args(shlex.split(command)[1:])
+    assert (args.ops, args.live, args.timeout) == (["rms_norm"], port, 300.0)
+    assert parse_slice(OPS["rms_norm"], args.slice) == ("normalized_shape", context)
+
+
 def test_slice_rows_are_exactly_the_context(df):
     rows = frame.op_frame(df, OPS["rms_norm"])
     found = slices.contexts(OPS["rms_norm"], rows, "normalized_shape")

@@ -1,4 +1,4 @@
-"""Following a live fill: the SSE client against a stand-in server, and the pages that show it."""
+"""Following a live fill: the SSE client against popcorn's own live server, and the pages that show it."""
 
 import time
 
@@ -9,13 +9,13 @@ from dashboards.live_state import Follow
 
 from . import report
 from .browser import free_port
-from .fake_live import FakeFill, not_popcorn, serving
+from .live_servers import live_fill, not_popcorn
 from .test_pages import messages, names, titled
 
 
-def streamed(n: int = 3) -> list[dict]:
-    """Rows a fill of rms_norm would stream: compile on the bf16 curve's first points."""
-    return [report.record("rms_norm", "compile", p, time_ms=0.001, ref_ms=0.01).to_dict()
+def measured(n: int = 3) -> list:
+    """Rows a fill of rms_norm measures: compile on the bf16 curve's first points."""
+    return [report.record("rms_norm", "compile", p, time_ms=0.001, ref_ms=0.01)
             for p in report.planned("rms_norm", report.BF16_CURVE, n)]
 
 
@@ -26,16 +26,18 @@ def test_parse_server_sent_events():
     assert [(e.type, e.id) for e in events] == [("record", "7"), ("progress", None)]
     assert events[0].data == {"op": "x"} and events[1].data == "not json"
     assert not whole  # the last event had no closing blank line yet
+    wrapped = live_client.Event("record", {"record": {"op": "x"}}, "1")
+    assert live_client.record_of(wrapped) == {"op": "x"}
 
 
-@pytest.mark.parametrize("wrap", [False, True])
-def test_read_events_returns_within_its_budget_and_resumes(wrap):
-    rows = streamed()
-    with serving(FakeFill(rows, hold=True, wrap=wrap)) as port:
+def test_read_events_returns_within_its_budget_and_resumes():
+    rows = measured()
+    with live_fill(rows, planned=10) as port:
+        assert live_client.status(port)["state"] == "running"
         t = time.monotonic()
         batch = live_client.read_events(port, budget=0.5, timeout=0.2)
         assert time.monotonic() - t < 2.0  # the fill keeps the stream open; the client does not wait for it
-        assert [row["case_id"] for _, row in batch.records()] == [r["case_id"] for r in rows]
+        assert [row["case_id"] for _, row in batch.records()] == [r.case_id for r in rows]
         assert batch.last_id == "3" and not batch.complete
         again = live_client.read_events(port, last_id=batch.last_id, budget=0.3, timeout=0.2)
         assert again.records() == []
@@ -53,26 +55,26 @@ def test_something_else_on_the_port_is_named():
 
 
 def test_follow_keeps_one_session_and_drops_repeats():
-    rows = streamed()
-    with serving(FakeFill(rows)) as port:
+    rows = measured()
+    with live_fill(rows, running=False) as port:
         f = Follow(port=port).poll(port)
         assert f.status["state"] == "complete" and len(f.rows) == 3
         f.poll(port)  # the server replays after Last-Event-ID only: nothing twice
         assert len(f.rows) == 3
-    with serving(FakeFill(rows[:1])) as port2:
+    with live_fill(rows[:1], running=False) as port2:
         f.poll(port2)  # another port, another fill: its rows only
         assert len(f.rows) == 1
 
 
 def test_live_page_shows_status_progress_records_and_stars(app):
-    rows = streamed()
-    with serving(FakeFill(rows, total=10)) as port:
+    with live_fill(measured(), planned=10) as port:
         at = app.run()
         at.switch_page("views/live.py").run()
         at.text_input(key="live_port_input").input(str(port)).run()
         assert not at.exception
-        assert "complete" in messages(at) and "rms_norm" in messages(at)
-        assert at.get("progress")[0].proto.value == 30  # 3 of 10
+        assert "running" in messages(at) and "rms_norm" in messages(at)
+        assert at.get("progress")[0].proto.value == 30  # 3 of 10 pairs
+        assert {m.label: m.value for m in at.metric}["measured"] == "3"
         assert len(at.dataframe[0].value) == 3
         fig = titled(at, "rms_norm")
         assert "live · compile" in names(fig) and {"torch", "compile"} <= names(fig)
@@ -87,12 +89,12 @@ def test_live_page_names_a_port_taken_by_something_else(app):
 
 
 def test_kernel_page_follows_the_remembered_port(app):
-    with serving(FakeFill(streamed(), hold=True)) as port:
+    with live_fill(measured(), planned=10) as port:
         at = app
         at.query_params["op"] = "rms_norm"
         at.query_params["port"] = str(port)
         at.run()
         at.switch_page("views/kernel.py").run()
         assert not at.exception
-        assert f"on port {port}" in "\n".join(str(s.value) for s in at.sidebar.success)
+        assert f"on port {port}: 3/10" in "\n".join(str(s.value) for s in at.sidebar.success)
         assert "live · compile" in names(titled(at, "latency"))
