@@ -75,10 +75,12 @@ def curve_figure(rows: pd.DataFrame, metric: str, x_title: str, timing: str = "f
                                  hovertemplate="%{text}<br>x=%{x}<br>y=%{y:.4g}<extra>" + impl + "</extra>"))
     if live is not None and len(live) and col in live:
         pts = live[live[col].notna()]
-        for impl in sorted(set(pts["impl"])):
-            p = pts[pts["impl"] == impl]
+        plotted = set(rows["device"]) if "device" in rows else set()
+        for (impl, device), p in pts.groupby(["impl", "device"], sort=True):
+            # a fill on another device than the lines' says so in its legend entry
+            name = f"live · {impl}" + (f" ({device})" if plotted and device not in plotted else "")
             fig.add_trace(go.Scatter(
-                x=p["x"], y=p[col], mode="markers", name=f"live · {impl}", text=_hover(p),
+                x=p["x"], y=p[col], mode="markers", name=name, text=_hover(p),
                 marker=dict(size=14, symbol="star", color=colour(impl), line=dict(width=2, color=LIVE_COLOUR)),
                 hovertemplate="live %{text}<br>x=%{x}<br>y=%{y:.4g}<extra>" + impl + "</extra>"))
     if metric == "bandwidth" and ceiling:

@@ -6,7 +6,7 @@ from datetime import timedelta
 import pandas as pd
 import streamlit as st
 
-from dashboards import curves, data, figures, live_view
+from dashboards import curves, data, figures, live_view, sources
 from dashboards.live_client import DEFAULT_PORT
 
 REFRESH = timedelta(seconds=2)  # while a fill runs, the status and stream are read again this often
@@ -59,6 +59,13 @@ def overlays(f) -> None:
         except Exception:  # the source may be unreadable; the streamed points still show
             rows = live.iloc[0:0]
         rows = rows[rows["current"]] if "current" in rows else rows
+        device = f.status.get("device") if f.status else None
+        if len(rows) and device not in set(rows["device"]):  # then the lines of the report's main device
+            if device:
+                st.caption(f"{name}: the {sources.LABELS[source]} has no rows on {device}; the lines are "
+                           f"{rows['device'].mode()[0]}'s.")
+            device = rows["device"].mode()[0]
+        rows = rows[rows["device"] == device]
         fig = figures.curve_figure(curves.rows_on(rows, curve), "latency", curve.axis,
                                    live=curves.rows_on(live, curve))
         fig.update_layout(title=f"{name} · {curves.label(curve)}")

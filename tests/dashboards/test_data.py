@@ -120,3 +120,5 @@ def test_curve_figure_lines_live_points_and_ceiling(df):
     assert fig.data[-1].marker.symbol == "star" and len(fig.data[-1].x) == 2
     assert any(s.y0 == 4300.0 for s in fig.layout.shapes)
     assert fig.layout.xaxis.type == "log"
+    elsewhere = figures.curve_figure(on, "latency", "normalized_shape", live=live.assign(device="cpu:x86_64"))
+    assert elsewhere.data[-1].name == "live · compile (cpu:x86_64)"  # a fill on another device says so
