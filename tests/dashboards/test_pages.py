@@ -143,3 +143,13 @@ def test_sources_in_the_sidebar(app, explorer_env, tmp_path):
     assert at.dataframe[0].value.loc["rms_norm", "quack"].endswith("10.0x")
     at.sidebar.radio(key="source").set_value("store").run()
     assert not at.exception and "holds no records" in messages(at)
+
+
+def test_the_delta_store_as_source(app, explorer_env):
+    from popcorn.bench.delta import ReportStore
+
+    ReportStore(explorer_env["POPCORN_STORE"]).merge(report.rows()[:10])
+    at = app.run()
+    at.sidebar.radio(key="source").set_value("store").run()
+    assert not at.exception and at.metric[0].value == "10"
+    assert at.dataframe[0].value.loc["rms_norm", "compile"].startswith("⚡ ✔")
