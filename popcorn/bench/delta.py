@@ -71,11 +71,17 @@ class ReportStore:
 
     def read(self, op: str | None = None, version: int | None = None, **equals) -> list[Record]:
         """Records of ``op`` (all ops when None) at ``version`` (the latest when None) whose columns
-        equal ``equals`` (e.g. ``status="pass"``). The partition prune happens in Delta; string
-        filters run after casting string_view back to string, so they work after merges."""
-        if not self.exists():
-            return []
+        equal ``equals`` (e.g. ``status="pass"``); see :meth:`read_table`."""
+        return from_arrow(self.read_table(op, version, **equals))
+
+    def read_table(self, op: str | None = None, version: int | None = None, **equals):
+        """The rows of :meth:`read` as an Arrow table of the canonical schema (what the explorer loads
+        without building a Record per row). The partition prune happens in Delta; string filters run
+        after casting string_view back to string, so they work after merges."""
         import pyarrow as pa
+
+        if not self.exists():
+            return arrow_schema().empty_table()
         from deltalake import QueryBuilder
 
         # Through DataFusion, not DeltaTable.to_pyarrow_table: that path runs the table's storage
@@ -99,7 +105,7 @@ class ReportStore:
                 m = pc.is_null(table[k]) if v is None else pc.equal(table[k], v)
                 mask = m if mask is None else pc.and_(mask, m)
             table = table.filter(mask)
-        return from_arrow(table)
+        return table
 
     def merge(self, records: list[Record], retries: int = 8) -> dict:
         """Upsert ``records`` with the merge rule; returns deltalake's metrics plus the new version."""

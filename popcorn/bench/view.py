@@ -1,7 +1,8 @@
 """``popcorn bench view``: the support matrix (op x implementation).
 
-:func:`matrix` returns the data (the explorer's support page reads the same), :func:`format_view`
-turns it into the terminal text. Only current rows (measured against today's reference and
+:func:`matrix` returns the data from Records, :func:`matrix_of` from per-pair summaries (the explorer
+summarizes a large report column-wise and builds the same cells there); :func:`format_view` turns it
+into the terminal text. Only current rows (measured against today's reference and
 implementation code) decide a cell's state:
 
 * ``all``   (``✔``):  every current row passes;
@@ -12,7 +13,8 @@ implementation code) decide a cell's state:
 * ``unregistered`` (blank): the implementation is not registered for the op.
 
 Non-reference cells carry the median forward speedup over timed current pass rows
-(``ref_fwd_ms / fwd_ms``), shown e.g. ``✔ 2.3x``.
+(``ref_fwd_ms / fwd_ms``), shown e.g. ``✔ 2.3x``, and the median step (forward + backward) speedup
+(``ref_step_ms / step_ms``), which the explorer shows beside it.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from popcorn.schema import PASS, REFERENCE, is_current, is_current_for
 
 from .record import Record
 
-EXPLORER = "streamlit run dashboards/explorer.py"
+EXPLORER = "streamlit run dashboards/app.py"
 ALL, SOME, NONE, STALE, EMPTY, UNREGISTERED = "all", "some", "none", "stale", "empty", "unregistered"
 MARKS = {ALL: "✔", SOME: "✔*", NONE: "✘", STALE: "?", EMPTY: "·", UNREGISTERED: ""}
 
@@ -40,6 +42,7 @@ class Cell:
     current: int = 0
     statuses: dict = field(default_factory=dict)  # current rows by status
     speedup: float | None = None  # median forward speedup over the reference; None for the reference itself
+    step_speedup: float | None = None  # the same for forward + backward, over gradient-mode rows with step times
 
 
 @dataclass(frozen=True)
@@ -61,10 +64,12 @@ def columns(ops: dict) -> list[str]:
     return ([REFERENCE] if REFERENCE in names else []) + sorted(names - {REFERENCE})
 
 
-def speedup(rows: list[Record]) -> float | None:
-    """Median ``ref_fwd_ms / fwd_ms`` over timed pass rows (None when none has both times)."""
-    ratios = [r.ref_fwd_ms / r.fwd_ms for r in rows
-              if r.status == PASS and r.fwd_ms and r.ref_fwd_ms]
+def speedup(rows: list[Record], timing: str = "fwd") -> float | None:
+    """Median ``ref_<timing>_ms / <timing>_ms`` over timed pass rows (None when none has both times);
+    ``timing`` is ``fwd`` or ``step``."""
+    ours, ref = f"{timing}_ms", f"ref_{timing}_ms"
+    ratios = [getattr(r, ref) / getattr(r, ours) for r in rows
+              if r.status == PASS and getattr(r, ours) and getattr(r, ref)]
     return statistics.median(ratios) if ratios else None
 
 
@@ -73,34 +78,92 @@ def current(records: list[Record], ops: dict, device: str | None = None) -> list
     return [r for r in records if r.op in ops and is_current_for(r, ops[r.op]) and device in (None, r.device)]
 
 
-def published() -> list[Record]:
-    """The rows of the published report dispatch loads (``$POPCORN_REPORT``, else the bundled one);
-    none when nothing was published there yet."""
+def published_path() -> Path | None:
+    """The Parquet snapshot of the published report dispatch loads (``$POPCORN_REPORT``, else the
+    bundled one): the version ``CURRENT`` names; None when nothing was published there yet. The
+    dispatch table beside it is not parsed (on a large report that costs seconds)."""
+    from popcorn.core.settings import settings
+    from popcorn.dispatch.table import BUNDLED
+
+    current = Path(settings().report_dir or BUNDLED) / "CURRENT"
+    if not current.exists():
+        return None
+    return current.parent / f"report-v{current.read_text().strip()}.parquet"
+
+
+def published_table():
+    """The published report as an Arrow table of the canonical schema; None when nothing was
+    published yet (:func:`published_path`)."""
     import pyarrow.parquet as pq
 
-    from popcorn.dispatch.table import load
+    path = published_path()
+    if path is None:
+        return None
+    if not path.exists():
+        raise FileNotFoundError(f"{path.parent / 'CURRENT'} names {path.name}, which is missing; republish "
+                                "with `popcorn bench publish`")
+    return pq.read_table(path)
 
+
+def published() -> list[Record]:
+    """The rows of :func:`published_table`; none when nothing was published there yet."""
     from .record import from_arrow
 
-    table = load()
-    if table.store_version is None:
-        return []
-    return from_arrow(pq.read_table(table.source.replace("dispatch-v", "report-v").replace(".json", ".parquet")))
+    table = published_table()
+    return [] if table is None else from_arrow(table)
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What decides one (op, impl) cell, however the rows were read: how many rows, the current ones
+    by status, and the median speedups over current timed pass rows (:func:`speedup`)."""
+
+    rows: int
+    statuses: dict  # current rows by status
+    speedup: float | None = None
+    step_speedup: float | None = None
+
+
+def summarize(op, impl: str, rows: list[Record]) -> Summary:
+    """The :class:`Summary` of one pair's rows (rows of a registered implementation)."""
+    ref_hash, impl_hash = op.ref_hash, op.implementations[impl].impl_hash
+    current = [r for r in rows if is_current(r, ref_hash, impl_hash)]
+    statuses: dict[str, int] = {}
+    for r in current:
+        statuses[r.status] = statuses.get(r.status, 0) + 1
+    return Summary(len(rows), statuses, speedup(current), speedup(current, "step"))
+
+
+def cell_of(op, impl: str, s: Summary | None) -> Cell:
+    """A cell's state from its summary (None: no rows); see the module docstring."""
+    if impl not in op.implementations:
+        return Cell(UNREGISTERED)
+    if s is None or not s.rows:
+        return Cell(EMPTY)
+    current = sum(s.statuses.values())
+    passes = s.statuses.get(PASS, 0)
+    state = STALE if not current else ALL if passes == current else SOME if passes else NONE
+    timed = impl != REFERENCE and passes
+    return Cell(state, s.rows, current, dict(s.statuses), s.speedup if timed else None,
+                s.step_speedup if timed else None)
 
 
 def cell(op, impl: str, rows: list[Record]) -> Cell:
     if impl not in op.implementations:
         return Cell(UNREGISTERED)
-    if not rows:
-        return Cell(EMPTY)
-    current = [r for r in rows if is_current(r, op.ref_hash, op.implementations[impl].impl_hash)]
-    statuses: dict[str, int] = {}
-    for r in current:
-        statuses[r.status] = statuses.get(r.status, 0) + 1
-    passes = statuses.get(PASS, 0)
-    state = STALE if not current else ALL if passes == len(current) else SOME if passes else NONE
-    s = speedup(current) if impl != REFERENCE and passes else None
-    return Cell(state, len(rows), len(current), statuses, s)
+    return cell_of(op, impl, summarize(op, impl, rows) if rows else None)
+
+
+def matrix_of(summaries: dict, ops: dict, rows: int) -> Matrix:
+    """The matrix from per-pair summaries (``(op, impl) -> Summary``; pairs of unregistered ops or
+    implementations are counted, not shown) of ``rows`` records in all. The explorer summarizes a
+    large frame column-wise and comes here, as :func:`matrix` does from Records."""
+    cols = columns(ops)
+    cells = {(name, c): cell_of(ops[name], c, summaries.get((name, c))) for name in sorted(ops) for c in cols}
+    # every row of a registered pair lands in its cell: the counts add up from the cells
+    known = sum(c.rows for c in cells.values())
+    return Matrix(sorted(ops), cols, cells, rows, sum(c.current for c in cells.values()), rows - known,
+                  len({name for (name, _), c in cells.items() if c.rows}))
 
 
 def matrix(records: list[Record], ops: dict) -> Matrix:
@@ -108,11 +171,9 @@ def matrix(records: list[Record], ops: dict) -> Matrix:
     by_pair: dict[tuple[str, str], list[Record]] = {}
     for r in records:
         by_pair.setdefault((r.op, r.impl), []).append(r)
-    cols = columns(ops)
-    cells = {(name, c): cell(ops[name], c, by_pair.get((name, c), [])) for name in sorted(ops) for c in cols}
-    known = [r for r in records if r.op in ops and r.impl in ops[r.op].implementations]
-    return Matrix(sorted(ops), cols, cells, len(records), len(current(known, ops)),
-                  len(records) - len(known), len({r.op for r in known}))
+    summaries = {(o, i): summarize(ops[o], i, rows) for (o, i), rows in by_pair.items()
+                 if o in ops and i in ops[o].implementations}
+    return matrix_of(summaries, ops, len(records))
 
 
 # -- text ----------------------------------------------------------------------------------------
@@ -145,9 +206,8 @@ def format_view(m: Matrix) -> str:
              + (f", {m.unregistered} of unregistered ops or implementations, not shown" if m.unregistered else "")
              + f") over {m.ops_with_rows} op(s)"]
     # The explorer ships in the source tree (dashboards/), not the wheel: say so when it is absent.
-    here = Path(__file__).resolve().parents[2] / "dashboards" / "explorer.py"
-    lines.append(f"Explorer: {EXPLORER}" + ("" if here.exists() else " (from a source checkout, once "
-                                            "dashboards/explorer.py exists)"))
+    here = Path(__file__).resolve().parents[2] / "dashboards" / "app.py"
+    lines.append(f"Explorer: {EXPLORER}" + ("" if here.exists() else " (from a source checkout)"))
     return "\n".join(lines)
 
 

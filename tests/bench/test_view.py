@@ -71,7 +71,7 @@ def test_run_view_footer():
     assert run_view(records, OPS, out=out) == 0
     text = out.getvalue()
     assert "3 rows (1 current, 1 of unregistered ops or implementations, not shown)" in text
-    assert f"Explorer: {EXPLORER}" in text and EXPLORER == "streamlit run dashboards/explorer.py"
+    assert f"Explorer: {EXPLORER}" in text and EXPLORER == "streamlit run dashboards/app.py"
     empty = io.StringIO()
     assert run_view([], OPS, out=empty) == 1 and "no records" in empty.getvalue()
 
@@ -90,3 +90,16 @@ def test_matrix_is_data_without_text():
     # no marks, padding or escapes in the data: a dashboard renders it its own way
     texts = [v for c in m.cells.values() for v in (c.state, *c.statuses)]
     assert all(t.isascii() and t.isprintable() for t in texts)
+
+
+def test_cells_carry_the_median_step_speedup_and_summaries_rebuild_the_matrix():
+    from popcorn.bench.view import Summary, matrix_of, summarize
+
+    records = [row(ref_fwd_ms=2.0, fwd_ms=1.0, ref_step_ms=6.0, step_ms=2.0, case_id="a"),
+               row(ref_fwd_ms=2.0, fwd_ms=1.0, case_id="b"), row(impl="torch", fwd_ms=2.0, step_ms=6.0)]
+    m = matrix(records, OPS)
+    assert m.cells["rms_norm", "compile"].step_speedup == 3.0  # over the rows with both step times
+    assert m.cells["rms_norm", "torch"].step_speedup is None
+    pairs = {("rms_norm", i): summarize(OP, i, [r for r in records if r.impl == i]) for i in ("compile", "torch")}
+    assert pairs["rms_norm", "compile"] == Summary(2, {"pass": 2}, 2.0, 3.0)
+    assert matrix_of(pairs, OPS, len(records)) == m
