@@ -2,7 +2,8 @@
 
 CUDA: cold-L2 event timing (the L2 flush outside the timed region); when a call is too short
 for per-call events to see past launch overhead, CUDA-graph replay of many unrolled calls that
-rotate through enough input copies to defeat L2. Samples come in doubling batches until their
+rotate through enough input copies to defeat L2. Each batch is enqueued while the device spins on a
+head start, so a stalled host never leaves an idle gap inside a timed region. Samples come in doubling batches until their
 20-80% spread settles within 2% of the median or the target time is spent (a settled median gains
 nothing from more). CPU: a perf_counter loop. Peak memory comes
 from one untimed call, so no timer buffer ever counts. Host wall time per call is measured
@@ -111,12 +112,45 @@ def time_cpu(call: Callable, setup: Callable = _noop) -> list[float]:
 
 
 # -- CUDA ---------------------------------------------------------------------------------------
+LEAD_MS = (0.5, 20.0)  # the device's head start before a batch of samples: at least, at most
+_cycles_per_ms: dict = {}  # device -> spin cycles of torch.cuda._sleep per millisecond (None: unavailable)
+
+
+def _spin_rate(device: torch.device) -> float | None:
+    """Cycles of ``torch.cuda._sleep`` per millisecond on ``device``, measured once."""
+    if device not in _cycles_per_ms:
+        try:
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda._sleep(100_000)  # warm the kernel up
+            s.record()
+            torch.cuda._sleep(2_000_000)
+            e.record()
+            torch.cuda.synchronize(device)
+            _cycles_per_ms[device] = 2_000_000 / max(s.elapsed_time(e), 1e-3)
+        except Exception:  # noqa: BLE001 - a build without the spin kernel times without a head start
+            _cycles_per_ms[device] = None
+    return _cycles_per_ms[device]
+
+
 class CudaTimer:
     def __init__(self, device: torch.device):
         self.device = device
         props = torch.cuda.get_device_properties(device)
         self.l2_bytes = getattr(props, "L2_cache_size", 50 * 2**20)
         self.flush = torch.empty(max(4 * self.l2_bytes, 64 * 2**20) // 4, dtype=torch.int32, device=device)
+        self.lead_ms = 2.0
+
+    def _ahead(self, enqueue: Callable[[], None]) -> None:
+        """Run ``enqueue`` (a batch's launches) while the device spins: with the host ahead of the device, a
+        host stall (other workers compiling on the same cores) is never an idle gap inside a timed region.
+        The head start follows the host's last enqueue time."""
+        rate = _spin_rate(self.device)
+        if rate is not None:
+            torch.cuda._sleep(int(rate * self.lead_ms))
+        t0 = time.perf_counter()
+        enqueue()
+        took = (time.perf_counter() - t0) * 1e3
+        self.lead_ms = min(max(1.5 * took, LEAD_MS[0]), LEAD_MS[1])
 
     def events(self, call: Callable, setup: Callable = _noop) -> list[float]:
         """Cold-L2 per-call event timing; ``setup`` and the flush run before the start event."""
@@ -133,12 +167,15 @@ class CudaTimer:
         def batch(n: int) -> list[float]:
             starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
             ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
-            for s, e in zip(starts, ends):
-                setup()
-                self.flush.zero_()
-                s.record()
-                call()
-                e.record()
+
+            def enqueue():
+                for s, e in zip(starts, ends):
+                    setup()
+                    self.flush.zero_()
+                    s.record()
+                    call()
+                    e.record()
+            self._ahead(enqueue)
             torch.cuda.synchronize(self.device)
             return [s.elapsed_time(e) for s, e in zip(starts, ends)]
         return sampled(batch, reps)
@@ -180,10 +217,13 @@ class CudaTimer:
         def batch(n: int) -> list[float]:
             starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
             ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
-            for s, e in zip(starts, ends):
-                s.record()
-                g.replay()
-                e.record()
+
+            def enqueue():
+                for s, e in zip(starts, ends):
+                    s.record()
+                    g.replay()
+                    e.record()
+            self._ahead(enqueue)
             torch.cuda.synchronize(self.device)
             return [s.elapsed_time(e) / per_graph for s, e in zip(starts, ends)]
         samples = sampled(batch, replays)

@@ -44,3 +44,23 @@ def test_unwritten_output_fails_on_cuda():
         return out
     r = check(ref, lazy, lambda t: {"x": torch.randn(64, 128, device="cuda")}, trials=2, grad=False)
     assert r.status == "fail" and "non-finite" in r.reason
+
+
+def test_a_host_stall_inside_a_call_is_not_timed():
+    # the device spins while the host enqueues a batch: a stall between a call's two kernels (another
+    # worker compiling on the same cores) must not show up as device time
+    import time
+
+    from popcorn.bench.timing import CudaTimer, _spin_rate, quantiles
+
+    assert _spin_rate(torch.device("cuda")) > 0
+    x = torch.randn(1024, 1024, device="cuda")
+    timer = CudaTimer(torch.device("cuda"))
+
+    def call(stall: float):
+        x.mul_(1.0)
+        time.sleep(stall)
+        x.add_(0.0)
+    plain = quantiles(timer.events(lambda: call(0.0)))[0]
+    stalled = quantiles(timer.events(lambda: call(0.0001)))[0]  # 0.1 ms per call, beside a ~0.01 ms call
+    assert stalled < plain * 1.5 + 0.01, (plain, stalled)
