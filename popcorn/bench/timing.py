@@ -112,7 +112,7 @@ def time_cpu(call: Callable, setup: Callable = _noop) -> list[float]:
 
 
 # -- CUDA ---------------------------------------------------------------------------------------
-LEAD_MS = (0.5, 20.0)  # the device's head start before a batch of samples: at least, at most
+LEAD_MS = (0.5, 50.0)  # the device's head start before a batch of samples: at least, at most
 _cycles_per_ms: dict = {}  # device -> spin cycles of torch.cuda._sleep per millisecond (None: unavailable)
 
 
@@ -138,19 +138,19 @@ class CudaTimer:
         props = torch.cuda.get_device_properties(device)
         self.l2_bytes = getattr(props, "L2_cache_size", 50 * 2**20)
         self.flush = torch.empty(max(4 * self.l2_bytes, 64 * 2**20) // 4, dtype=torch.int32, device=device)
-        self.lead_ms = 2.0
+        self.host_ms_per_sample = 0.1  # until a batch says otherwise
 
-    def _ahead(self, enqueue: Callable[[], None]) -> None:
-        """Run ``enqueue`` (a batch's launches) while the device spins: with the host ahead of the device, a
-        host stall (other workers compiling on the same cores) is never an idle gap inside a timed region.
-        The head start follows the host's last enqueue time."""
+    def _ahead(self, enqueue: Callable[[], None], n: int) -> None:
+        """Run ``enqueue`` (the launches of a batch of ``n`` samples) while the device spins: with the host
+        ahead of the device, a host stall (other workers compiling on the same cores) is never an idle gap
+        inside a timed region. The head start is 1.5x what the host last took per sample, times ``n``."""
         rate = _spin_rate(self.device)
         if rate is not None:
-            torch.cuda._sleep(int(rate * self.lead_ms))
+            lead = min(max(1.5 * self.host_ms_per_sample * n, LEAD_MS[0]), LEAD_MS[1])
+            torch.cuda._sleep(int(rate * lead))
         t0 = time.perf_counter()
         enqueue()
-        took = (time.perf_counter() - t0) * 1e3
-        self.lead_ms = min(max(1.5 * took, LEAD_MS[0]), LEAD_MS[1])
+        self.host_ms_per_sample = (time.perf_counter() - t0) * 1e3 / max(n, 1)
 
     def events(self, call: Callable, setup: Callable = _noop) -> list[float]:
         """Cold-L2 per-call event timing; ``setup`` and the flush run before the start event."""
@@ -175,7 +175,7 @@ class CudaTimer:
                     s.record()
                     call()
                     e.record()
-            self._ahead(enqueue)
+            self._ahead(enqueue, n)
             torch.cuda.synchronize(self.device)
             return [s.elapsed_time(e) for s, e in zip(starts, ends)]
         return sampled(batch, reps)
@@ -223,7 +223,7 @@ class CudaTimer:
                     s.record()
                     g.replay()
                     e.record()
-            self._ahead(enqueue)
+            self._ahead(enqueue, n)
             torch.cuda.synchronize(self.device)
             return [s.elapsed_time(e) / per_graph for s, e in zip(starts, ends)]
         samples = sampled(batch, replays)
