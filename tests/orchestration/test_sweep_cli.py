@@ -1,8 +1,12 @@
-"""`popcorn sweep` on CPU: submit a tiny local sweep (one reference partition and the merge) through the
-instance, one sweep at a time, watch it to the end, then status; a second submit launches nothing."""
+"""`popcorn sweep` on CPU: submit a tiny local sweep (three reference partitions and the merge) through the
+instance, one sweep at a time, watch it to the end, then status; a second submit launches nothing. The
+machine has three fake GPUs (CUDA_VISIBLE_DEVICES lists them; torch sees none, so each fill runs on the
+CPU): the GPU pool follows them, each fill is pinned to one, no two fills share one at a time and every
+partition runs exactly once, as on a host with several GPUs."""
 
 import json
 import os
+import re
 import select
 import signal
 import subprocess
@@ -22,7 +26,10 @@ from orchestration import cli, supervisor  # noqa: E402
 from orchestration.watch import Phase, phase_of  # noqa: E402
 
 OP, STRATUM = REFERENCE_ONLY_CASE.split(".")
-TINY = ["--local", "--ops", OP, "--strata", STRATUM, "--phases", "reference", "--limit", "1", "--reps", "1"]
+STRATA = [STRATUM, "coverage-float32-grad", "coverage-bfloat16-grad"]  # each has a case on CPU
+TINY = ["--local", "--ops", OP, "--strata", *STRATA, "--phases", "reference", "--limit", "1", "--reps", "1"]
+DEVICES = ["0", "1", "2"]
+PINNED = re.compile(r"^fill on GPU (\S+): ")
 
 
 def popcorn(*args, env, timeout=300):
@@ -123,10 +130,12 @@ def test_submit_arguments_are_checked_before_anything_is_launched(home, capsys):
     assert not (home / "popcorn-sweep" / "supervisor.log").exists()  # nothing was started
 
 
-def test_a_local_sweep_runs_to_the_end_one_at_a_time_and_a_rerun_launches_nothing(home, sweep_env, capsys):
+def test_a_local_sweep_runs_to_the_end_one_at_a_time_over_every_gpu_and_a_rerun_launches_nothing(
+        home, sweep_env, capsys, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", ",".join(DEVICES))
     launched = popcorn("sweep", "submit", *TINY, env={**os.environ})
     assert launched.returncode == 0, launched.stdout + launched.stderr
-    assert "launched sweep" in launched.stdout and "reference 1, merge 1" in launched.stdout
+    assert "launched sweep" in launched.stdout and f"reference {len(STRATA)}, merge 1" in launched.stdout
     assert "started the sweep's supervisor" in launched.stdout
 
     assert cli.main(["submit", *TINY]) == 1  # one sweep at a time
@@ -138,7 +147,8 @@ def test_a_local_sweep_runs_to_the_end_one_at_a_time_and_a_rerun_launches_nothin
     watched = capsys.readouterr().out
     assert "reference    [" in watched and "] 1/1" in watched and "COMPLETED_SUCCESS" in watched
     rows = ReportStore(str(sweep_env / "store")).read(OP)
-    assert [(r.impl, r.status) for r in rows] == [("torch", "pass")]  # measured, then merged by report_store
+    assert [(r.impl, r.status) for r in rows] == [("torch", "pass")] * len(STRATA)  # measured, merged
+    assert_spread_over_the_devices()
 
     assert cli.main(["status"]) == 0  # what `popcorn sweep status` runs
     status = capsys.readouterr().out
@@ -153,6 +163,31 @@ def test_a_local_sweep_runs_to_the_end_one_at_a_time_and_a_rerun_launches_nothin
     assert cli.main(["resume"]) == 0
     assert "nothing to resume" in capsys.readouterr().out
     assert stop_supervisor(home), "the supervisor did not stop once no sweep was active"
+
+
+def assert_spread_over_the_devices():
+    """The GPU pool has a slot per device; each partition's one run was pinned to one device; runs side by
+    side never shared one, and no more ran at once than there are devices."""
+    from dagster import AssetKey, DagsterInstance, DagsterRunStatus, RunsFilter
+
+    inst = DagsterInstance.get()
+    assert inst.event_log_storage.get_concurrency_info("gpu").slot_count == len(DEVICES)
+    fills = []  # (partition, devices it was pinned to, start, end) of every run that ran a fill
+    for record in inst.get_run_records(RunsFilter(statuses=[DagsterRunStatus.SUCCESS])):
+        logs = [(e.timestamp, m.group(1)) for e in inst.all_logs(record.dagster_run.run_id)
+                if (m := PINNED.match(e.user_message))]
+        if logs:
+            fills.append((record.dagster_run.tags.get("dagster/partition"), [d for _, d in logs], logs[0][0],
+                          record.end_time))
+    assert sorted(f[0] for f in fills) == sorted(f"{OP}.{s}" for s in STRATA)  # every partition ran, once
+    assert all(len(f[1]) == 1 and f[1][0] in DEVICES for f in fills)  # each pinned to one device
+    for i, (key, (device,), start, end) in enumerate(fills):
+        for other, (other_device,), other_start, other_end in fills[i + 1:]:
+            if start < other_end and other_start < end:
+                assert device != other_device, f"{key} and {other} shared GPU {device} at once"
+    starts = [s for _, _, s, _ in fills]
+    assert max(sum(1 for _, _, s, e in fills if s <= t < e) for t in starts) <= len(DEVICES)
+    assert inst.get_materialized_partitions(AssetKey("reference")) == {f"{OP}.{s}" for s in STRATA}
 
 
 def test_progress_is_counted_per_phase():
