@@ -27,7 +27,6 @@ from no page or a loopback one (``Origin``); anything else gets 403, methods oth
 from __future__ import annotations
 
 import errno
-import os
 import queue
 import re
 import socket
@@ -36,6 +35,8 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from socketserver import TCPServer
 from urllib.parse import parse_qs, urlsplit
+
+from popcorn.core.settings import live_wait_s
 
 from .live_session import PROTOCOL, QUEUE_SIZE, SERVICE, Session, dumps  # noqa: F401 - PROTOCOL: for clients
 from .summary import Observer
@@ -74,7 +75,7 @@ class LiveServer(Observer):
         self.httpd.live = self
         self.session = Session(HOST, self.port, queue_size)
         if cache_wait is None:
-            cache_wait = float(os.environ.get("POPCORN_LIVE_WAIT_S", CACHE_WAIT_S))
+            cache_wait = live_wait_s(CACHE_WAIT_S)
         self.cache_wait = cache_wait
         self.keepalive_s, self.linger_s, self.out = keepalive_s, linger_s, out
         self.thread: threading.Thread | None = None

@@ -8,6 +8,7 @@ so a variable set after ``import popcorn`` still takes effect.
 | POPCORN_REPORT | the published report directory dispatch reads | the bundled popcorn/reports |
 | POPCORN_STORE | the Delta report store (a path or URI) | $XDG_DATA_HOME/popcorn/store, ~/.local/share/... |
 | POPCORN_BENCH_TARGET_MS | time spent measuring each quantity (precision for throughput) | 100 |
+| POPCORN_LIVE_WAIT_S | how long a ``--live`` fill with nothing to measure waits for a subscriber | 5 |
 """
 
 from __future__ import annotations
@@ -53,6 +54,15 @@ class Settings:
 def bench_mode() -> bool:
     """POPCORN_BENCH=1 alone: the op call's slow path asks on every undecided call."""
     return os.environ.get("POPCORN_BENCH") == "1"
+
+
+def live_wait_s(default: float) -> float:
+    """POPCORN_LIVE_WAIT_S, else ``default``; a malformed number is refused, naming the variable."""
+    raw = os.environ.get("POPCORN_LIVE_WAIT_S")
+    try:
+        return float(raw) if raw else default
+    except ValueError:
+        raise ValueError(f"POPCORN_LIVE_WAIT_S={raw!r} is not a number of seconds; unset it or give e.g. 5") from None
 
 
 def settings() -> Settings:
