@@ -128,10 +128,8 @@ def submit(args) -> int:
         return 2
     inst = sweep.instance()
     with supervisor.submitting(sweep.home()):
-        running = sweep.active(inst)
-        if running is not None:
-            print(f"popcorn sweep: sweep {running.tags[sweep.SWEEP]} is running (one at a time): `popcorn sweep "
-                  "watch` follows it; `popcorn sweep resume` launches what it leaves unfinished", file=sys.stderr)
+        if _running(inst, "is running (one at a time): `popcorn sweep watch` follows it; `popcorn sweep resume` "
+                    "launches what it leaves unfinished"):
             return 1
         try:
             parts, skipped = sweep.targets(inst, options)
@@ -152,16 +150,23 @@ def submit(args) -> int:
     return 0
 
 
+def _running(inst, says: str) -> bool:
+    """Whether a sweep is active on ``inst``; if so, names it on stderr followed by ``says``."""
+    from . import sweep
+
+    running = sweep.active(inst)
+    if running is not None:
+        print(f"popcorn sweep: sweep {running.tags[sweep.SWEEP]} {says}", file=sys.stderr)
+    return running is not None
+
+
 def resume(args) -> int:
     from . import supervisor, sweep
     from .watch import watch
 
     inst = sweep.instance()
     with supervisor.submitting(sweep.home()):
-        running = sweep.active(inst)
-        if running is not None:
-            print(f"popcorn sweep: sweep {running.tags[sweep.SWEEP]} is still running: `popcorn sweep watch` follows "
-                  "it", file=sys.stderr)
+        if _running(inst, "is still running: `popcorn sweep watch` follows it"):
             return 1
         last = sweep.find(inst, args.run)
         if last is None:

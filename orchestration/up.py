@@ -84,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     from popcorn.bench.delta import ReportStore
+    from popcorn.bench.runner import interrupt_once
 
     from . import sweep
 
@@ -97,40 +98,39 @@ def main(argv: list[str] | None = None) -> int:
     logs = sweep.home() / "popcorn-up"
     logs.mkdir(parents=True, exist_ok=True)
     procs: dict[str, subprocess.Popen] = {}
-    previous = signal.signal(signal.SIGTERM, lambda s, f: (_ for _ in ()).throw(KeyboardInterrupt()))
-    try:
-        for name, argv_ in commands(args.ui_port, args.explorer_port).items():
-            # a session of its own: Ctrl-C reaches us alone, and we stop each child the way it expects
-            with open(logs / f"{name}.log", "w") as log:  # a file, not a pipe nobody drains
-                procs[name] = subprocess.Popen(argv_, env=env, cwd=ROOT, start_new_session=True,
-                                               stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + READY_S
-        waiting = set(procs)
-        while waiting and time.monotonic() < deadline:
-            for name in sorted(waiting):
-                if procs[name].poll() is not None:
-                    tail = (logs / f"{name}.log").read_text(errors="replace")[-2000:]
-                    print(f"popcorn up: {name} exited with {procs[name].returncode}:\n{tail}", file=sys.stderr)
-                    return 1
-                if answers(urls[name] + ready_paths[name]):
-                    waiting.discard(name)
-                    print(f"{'Dagster UI' if name == 'dagster' else 'kernel explorer'}: {urls[name]}", flush=True)
-            time.sleep(0.5)
-        if waiting:
-            print(f"popcorn up: {', '.join(sorted(waiting))} did not answer within {READY_S:.0f} s", file=sys.stderr)
+    with interrupt_once(signal.SIGTERM):  # SIGTERM stops both, as Ctrl-C does
+        try:
+            for name, argv_ in commands(args.ui_port, args.explorer_port).items():
+                # a session of its own: Ctrl-C reaches us alone, and we stop each child the way it expects
+                with open(logs / f"{name}.log", "w") as log:  # a file, not a pipe nobody drains
+                    procs[name] = subprocess.Popen(argv_, env=env, cwd=ROOT, start_new_session=True,
+                                                   stdout=log, stderr=subprocess.STDOUT)
+            deadline = time.monotonic() + READY_S
+            waiting = set(procs)
+            while waiting and time.monotonic() < deadline:
+                for name in sorted(waiting):
+                    if procs[name].poll() is not None:
+                        tail = (logs / f"{name}.log").read_text(errors="replace")[-2000:]
+                        print(f"popcorn up: {name} exited with {procs[name].returncode}:\n{tail}", file=sys.stderr)
+                        return 1
+                    if answers(urls[name] + ready_paths[name]):
+                        waiting.discard(name)
+                        print(f"{'Dagster UI' if name == 'dagster' else 'kernel explorer'}: {urls[name]}", flush=True)
+                time.sleep(0.5)
+            if waiting:
+                print(f"popcorn up: {', '.join(sorted(waiting))} did not answer within {READY_S:.0f} s", file=sys.stderr)
+                return 1
+            print(f"Ctrl-C stops both (their logs: {logs})", flush=True)
+            while all(p.poll() is None for p in procs.values()):
+                time.sleep(0.5)
+            gone = next(n for n, p in procs.items() if p.poll() is not None)
+            print(f"popcorn up: {gone} exited with {procs[gone].returncode}; stopping the other", file=sys.stderr)
             return 1
-        print(f"Ctrl-C stops both (their logs: {logs})", flush=True)
-        while all(p.poll() is None for p in procs.values()):
-            time.sleep(0.5)
-        gone = next(n for n, p in procs.items() if p.poll() is not None)
-        print(f"popcorn up: {gone} exited with {procs[gone].returncode}; stopping the other", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 0
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        stop(procs)
-        print("stopped", flush=True)
+        except KeyboardInterrupt:
+            return 0
+        finally:
+            stop(procs)
+            print("stopped", flush=True)
 
 
 if __name__ == "__main__":
