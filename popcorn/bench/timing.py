@@ -3,9 +3,11 @@
 CUDA: cold-L2 event timing (the L2 flush outside the timed region); when a call is too short
 for per-call events to see past launch overhead, CUDA-graph replay of many unrolled calls that
 rotate through enough input copies to defeat L2. Each batch is enqueued while the device spins on a
-head start, so a stalled host never leaves an idle gap inside a timed region. Samples come in doubling batches until their
-20-80% spread settles within 2% of the median or the target time is spent (a settled median gains
-nothing from more). CPU: a perf_counter loop. Peak memory comes
+head start, so a stalled host never leaves an idle gap inside a timed region. Samples come in
+doubling batches until their 20-80% spread settles within 2% of the median or the target wall time
+is spent (a settled median gains nothing from more). Warm-ups and graph capture run before the
+timed samples, beside other workers' trials; only the samples hold the device alone. CPU: a
+perf_counter loop. Peak memory comes
 from one untimed call, so no timer buffer ever counts. Host wall time per call is measured
 without synchronizing: what a training loop pays on the CPU side.
 """
@@ -29,16 +31,24 @@ MIN_REPS, MAX_REPS = 10, 2000
 SETTLED = 0.02  # samples whose 20-80% spread is within 2% of their median have settled: more add nothing
 
 
-def sampled(batch: Callable[[int], list[float]], budget: int) -> list[float]:
-    """Samples from ``batch(n)`` in doubling batches, MIN_REPS first, until they settle (SETTLED) or the
-    ``budget`` of samples (what the target time allows) is spent."""
+def sampled(batch: Callable[[int], list[float]], budget: int, target_ms: float | None = None,
+            clock: Callable[[], float] = time.perf_counter) -> list[float]:
+    """Samples from ``batch(n)`` in doubling batches, MIN_REPS first, until they settle (SETTLED), the
+    ``budget`` of samples is spent or ``target_ms`` of wall time is (POPCORN_BENCH_TARGET_MS: the time
+    spent measuring a quantity, the host's included, so a launch-bound call costs no more than a
+    device-bound one). A batch never outruns the time left by much: it is sized by the time per sample
+    so far."""
+    target = settings().bench_target_ms if target_ms is None else target_ms
     budget = max(MIN_REPS, budget)
+    t0 = clock()
     samples = batch(min(2 * MIN_REPS, budget))
     while len(samples) < budget:
         median, q20, q80 = quantiles(samples)
-        if q80 - q20 <= SETTLED * median:
+        spent = (clock() - t0) * 1e3
+        if q80 - q20 <= SETTLED * median or spent >= target:
             break
-        samples += batch(min(len(samples), budget - len(samples)))
+        per_sample = spent / len(samples)
+        samples += batch(max(1, min(len(samples), budget - len(samples), int((target - spent) / max(per_sample, 1e-6)))))
     return samples
 
 
@@ -112,6 +122,7 @@ def time_cpu(call: Callable, setup: Callable = _noop) -> list[float]:
 
 
 # -- CUDA ---------------------------------------------------------------------------------------
+WARM_MS, WARM_CALLS = 25.0, (3, 200)  # untimed warm-up before timing: wall time, fewest and most calls
 LEAD_MS = (0.5, 50.0)  # the device's head start before a batch of samples: at least, at most
 _cycles_per_ms: dict = {}  # device -> spin cycles of torch.cuda._sleep per millisecond (None: unavailable)
 
@@ -130,6 +141,16 @@ def _spin_rate(device: torch.device) -> float | None:
         except Exception:  # noqa: BLE001 - a build without the spin kernel times without a head start
             _cycles_per_ms[device] = None
     return _cycles_per_ms[device]
+
+
+class Graph:
+    """A captured CUDA graph and how many calls one replay makes."""
+
+    def __init__(self, graph, calls: int):
+        self.graph, self.calls = graph, calls
+
+    def reset(self) -> None:
+        self.graph.reset()  # its memory pool goes back before the next capture
 
 
 class CudaTimer:
@@ -152,16 +173,23 @@ class CudaTimer:
         enqueue()
         self.host_ms_per_sample = (time.perf_counter() - t0) * 1e3 / max(n, 1)
 
-    def events(self, call: Callable, setup: Callable = _noop) -> list[float]:
-        """Cold-L2 per-call event timing; ``setup`` and the flush run before the start event."""
-        setup()
-        call()
-        torch.cuda.synchronize(self.device)
-        est = self._estimate(call, setup)
-        warm = min(max(3, int(25 / max(est, 1e-3))), 200)
-        for _ in range(warm):
+    def warm(self, call: Callable, setup: Callable = _noop) -> None:
+        """Untimed calls until WARM_MS of wall time or WARM_CALLS[1] calls, at least WARM_CALLS[0]: clocks
+        up, lazy compiles and allocator pools done. The device may be shared meanwhile."""
+        t0 = time.perf_counter()
+        for i in range(WARM_CALLS[1]):
+            if i >= WARM_CALLS[0] and (time.perf_counter() - t0) * 1e3 >= WARM_MS:
+                break
             setup()
             call()
+        torch.cuda.synchronize(self.device)
+
+    def events(self, call: Callable, setup: Callable = _noop, warm: bool = True) -> list[float]:
+        """Cold-L2 per-call event timing; ``setup`` and the flush run before the start event.
+        ``warm=False``: the caller has warmed ``call`` up already (outside the exclusive lane)."""
+        if warm:
+            self.warm(call, setup)
+        est = self._estimate(call, setup)
         reps = min(max(MIN_REPS, int(settings().bench_target_ms / max(est, 1e-3))), MAX_REPS)
 
         def batch(n: int) -> list[float]:
@@ -180,7 +208,7 @@ class CudaTimer:
             return [s.elapsed_time(e) for s, e in zip(starts, ends)]
         return sampled(batch, reps)
 
-    def _estimate(self, call: Callable, setup: Callable) -> float:
+    def _estimate(self, call: Callable, setup: Callable = _noop) -> float:
         total = 0.0
         for _ in range(3):
             setup()
@@ -192,11 +220,9 @@ class CudaTimer:
             total += s.elapsed_time(e)
         return total / 3
 
-    def graph(self, calls: list[Callable], est_ms: float) -> list[float]:
-        """Replay a CUDA graph of unrolled calls cycling through ``calls`` (each on its own inputs).
-
-        Returns per-call milliseconds, one sample per replay.
-        """
+    def capture(self, calls: list[Callable], est_ms: float) -> "Graph":
+        """A CUDA graph of unrolled calls cycling through ``calls`` (each on its own inputs), about 1 ms
+        of work per replay. Capturing runs nothing timed: the device may be shared meanwhile."""
         stream = torch.cuda.Stream(self.device)
         stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(stream):
@@ -204,7 +230,7 @@ class CudaTimer:
                 c()
         torch.cuda.current_stream(self.device).wait_stream(stream)
         torch.cuda.synchronize(self.device)
-        per_graph = max(len(calls), int(math.ceil(1.0 / max(est_ms, 1e-4))))  # about 1 ms of work per replay
+        per_graph = max(len(calls), int(math.ceil(1.0 / max(est_ms, 1e-4))))
         per_graph = min(len(calls) * max(1, per_graph // len(calls)), 1000)
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g, stream=stream):
@@ -212,6 +238,12 @@ class CudaTimer:
                 calls[i % len(calls)]()
         g.replay()
         torch.cuda.synchronize(self.device)
+        return Graph(g, per_graph)
+
+    def replay(self, graph: "Graph", est_ms: float) -> list[float]:
+        """Per-call milliseconds of ``graph``, one sample per replay."""
+        g, per_graph = graph.graph, graph.calls
+        g.replay()  # the first replay after others' work pays for its pages and clocks
         replays = min(max(MIN_REPS, int(settings().bench_target_ms / max(est_ms * per_graph, 1e-3))), 200)
 
         def batch(n: int) -> list[float]:
@@ -226,9 +258,15 @@ class CudaTimer:
             self._ahead(enqueue, n)
             torch.cuda.synchronize(self.device)
             return [s.elapsed_time(e) / per_graph for s, e in zip(starts, ends)]
-        samples = sampled(batch, replays)
-        g.reset()  # its memory pool goes back before the next capture
-        return samples
+        return sampled(batch, replays)
+
+    def graph(self, calls: list[Callable], est_ms: float) -> list[float]:
+        """Capture and replay in one go (per-call milliseconds, one sample per replay)."""
+        g = self.capture(calls, est_ms)
+        try:
+            return self.replay(g, est_ms)
+        finally:
+            g.reset()
 
     def copies(self, arguments: dict) -> int:
         """How many input copies a graph rotates through so one round moves 3x the L2."""
@@ -299,31 +337,53 @@ def measure(fn: Callable, arguments: dict, grad: bool, device: torch.device) -> 
 
 def _cuda_samples(timer: CudaTimer, step: Step, fn, arguments: dict, grad: bool) -> tuple[dict, str]:
     """Graph replays for a forward (and step) shorter than GRAPH_BELOW_MS, per-call events otherwise and
-    for the backward (each needs a fresh forward) and wherever a graph cannot be captured. Each timed
-    quantity holds the device alone; building the input copies does not."""
-    alone = lambda: lane.hold(lane.EXCLUSIVE)  # noqa: E731
-    samples = {}
-    if grad:
-        setup, call = step.backward_pair()
-        with alone():
-            samples["bwd"] = timer.events(call, setup)
-    with alone():
-        est = timer._estimate(step.forward, _noop)
-    if est < GRAPH_BELOW_MS:
-        try:
-            with lane.hold(lane.SHARED):
+    for the backward (each needs a fresh forward) and wherever a graph cannot be captured.
+
+    Everything untimed (warm-ups, input copies, graph capture) runs beside other workers' trials; the
+    timed samples run in one exclusive hold, so a pair waits once for the device to drain."""
+    setup, call = step.backward_pair() if grad else (None, None)
+    graphs: dict = {}
+    with lane.hold(lane.SHARED):
+        timer.warm(step.forward)
+        if grad:
+            timer.warm(step.step)
+            timer.warm(call, setup)
+        rough = timer._estimate(step.forward)  # beside others' work: decides only whether to capture
+        if rough < 2 * GRAPH_BELOW_MS:
+            try:
                 steps = [Step(fn, arguments, grad) for _ in range(timer.copies(arguments))]
-            with alone():
-                samples["fwd"] = timer.graph([s.forward for s in steps], est)
+                graphs["fwd"] = timer.capture([s.forward for s in steps], rough)
+                if grad:
+                    graphs["step"] = timer.capture([s.step for s in steps], timer._estimate(step.step))
+            except Exception:  # noqa: BLE001 - a kernel that syncs or allocates on the host cannot be captured
+                torch.cuda.synchronize(timer.device)
+                _reset(graphs)
+    samples: dict = {}
+    name = "cuda-events"
+    try:
+        with lane.hold(lane.EXCLUSIVE):
+            est = timer._estimate(step.forward)
+            if graphs and est < GRAPH_BELOW_MS:
+                try:
+                    samples["fwd"] = timer.replay(graphs["fwd"], est)
+                    if grad:
+                        samples["step"] = timer.replay(graphs["step"], timer._estimate(step.step))
+                    name = "cuda-graph"
+                except Exception:  # noqa: BLE001 - a replay that fails is timed by events instead
+                    torch.cuda.synchronize(timer.device)
+                    samples.clear()
+            if name != "cuda-graph":
+                samples["fwd"] = timer.events(step.forward, warm=False)
+                if grad:
+                    samples["step"] = timer.events(step.step, warm=False)
             if grad:
-                with alone():
-                    samples["step"] = timer.graph([s.step for s in steps], timer._estimate(step.step, _noop))
-            return samples, "cuda-graph"
-        except Exception:  # noqa: BLE001 - a kernel that syncs or allocates on the host cannot be captured
-            torch.cuda.synchronize(timer.device)
-    with alone():
-        samples["fwd"] = timer.events(step.forward)
-    if grad:
-        with alone():
-            samples["step"] = timer.events(step.step)
-    return samples, "cuda-events"
+                samples["bwd"] = timer.events(call, setup, warm=False)
+    finally:
+        _reset(graphs)
+    return samples, name
+
+
+def _reset(graphs: dict) -> None:
+    for g in graphs.values():
+        g.reset()
+    graphs.clear()

@@ -1,0 +1,55 @@
+"""The sampler's stopping rules (popcorn.bench.timing.sampled), on a fake clock: no wall-clock margins."""
+
+from popcorn.bench.timing import MIN_REPS, sampled
+
+
+class Clock:
+    """A clock that advances only when a batch runs: ``per_sample_ms`` for each sample drawn."""
+
+    def __init__(self, per_sample_ms: float):
+        self.now, self.per_sample_ms, self.batches = 0.0, per_sample_ms, []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def batch(self, values):
+        values = iter(values)
+
+        def draw(n: int) -> list[float]:
+            self.batches.append(n)
+            self.now += n * self.per_sample_ms / 1e3
+            return [next(values) for _ in range(n)]
+        return draw
+
+
+def noisy():
+    while True:  # a spread of 2x around 1.0 never settles within 2%
+        yield from (0.5, 1.0, 1.5)
+
+
+def test_settled_samples_stop_after_the_first_batch():
+    clock = Clock(per_sample_ms=0.01)
+    samples = sampled(clock.batch(iter(lambda: 1.0, None)), budget=2000, target_ms=100, clock=clock)
+    assert len(samples) == 2 * MIN_REPS and clock.batches == [2 * MIN_REPS]
+
+
+def test_unsettled_samples_double_until_the_budget_of_samples():
+    clock = Clock(per_sample_ms=0.001)  # fast samples: the budget of samples ends it, not the time
+    samples = sampled(clock.batch(noisy()), budget=200, target_ms=100, clock=clock)
+    assert len(samples) == 200
+    assert clock.batches[:3] == [20, 20, 40]
+
+
+def test_a_slow_host_ends_sampling_at_the_target_wall_time():
+    # 1 ms of wall time per sample (a launch-bound call whose device time is far less): the sample budget
+    # says 2000, the 100 ms target allows about 100
+    clock = Clock(per_sample_ms=1.0)
+    samples = sampled(clock.batch(noisy()), budget=2000, target_ms=100, clock=clock)
+    assert 95 <= len(samples) <= 110, len(samples)
+    assert clock.now * 1e3 <= 110  # no batch ran far past the target
+
+
+def test_at_least_the_first_batch_is_drawn_however_slow():
+    clock = Clock(per_sample_ms=50.0)
+    samples = sampled(clock.batch(noisy()), budget=2000, target_ms=100, clock=clock)
+    assert len(samples) == 2 * MIN_REPS
