@@ -58,7 +58,8 @@ def one_fill(ops, limit: int, workers: int, trials: int, root: Path, label: str)
         by_status[r.status] = by_status.get(r.status, 0) + 1
     return {"label": label, "workers": workers, "pairs": summary.measured, "wall_s": round(wall, 1),
             "pairs_per_min": round(summary.measured / (wall / 60), 1), "busy_fraction": round(b["busy_fraction"], 3),
-            "phases_s": {k: round(v, 1) for k, v in b["phases"].items()}, "by_status": by_status,
+            "phases_s": {k: round(v, 1) for k, v in b["phases"].items()}, "per_pair": b["per_pair"],
+            "by_status": by_status,
             "rows": {(r.op, r.impl, r.case_id, r.grad): r for r in rows}}
 
 
@@ -105,6 +106,9 @@ def main() -> int:
               f"{run['pairs_per_min']:>9.1f} {run['busy_fraction']:>5.0%}  "
               + " ".join(f"{k}={v:.0f}" for k, v in run["phases_s"].items()), flush=True)
         print(f"{'':<22} rows by status: {run['by_status']}", flush=True)
+        for impl, c in run["per_pair"].items():  # where each backend's worker time goes, per pair
+            print(f"{'':<22} {impl:<10} {c['pairs']:>5} pairs, s/pair: "
+                  + " ".join(f"{k}={c[k]:.2f}" for k in c if k != "pairs"), flush=True)
         if args.keep:
             for f in store.jsonl_files([root / run["label"]]):
                 (args.keep / run["label"]).mkdir(parents=True, exist_ok=True)

@@ -68,6 +68,7 @@ def run_case(op: Op, impl: Implementation, case: Case, draw, grad: bool, device:
     result = check(op.reference, lambda **a: impl.invoke(a), draw, trials=trials, grad=grad, frozen=impl.no_grad,
                    out_dtypes=impl.expected_dtypes, truths=truths)
     if result.passed and timing:
+        held = torch.cuda.memory_allocated(device) if device.type == "cuda" else None
         try:
             with lane.phase("timing"):  # measure holds the device alone for its timed samples
                 result.timing, result.timer = measure(lambda **a: impl.invoke(a), draw(0), grad, device)
@@ -77,7 +78,7 @@ def run_case(op: Op, impl: Implementation, case: Case, draw, grad: bool, device:
             else:
                 result.bench_error = describe(e)
         finally:
-            free_memory()
+            free_memory(held)
     return result
 
 

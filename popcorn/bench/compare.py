@@ -95,10 +95,17 @@ def is_oom(e: BaseException) -> bool:
         or "can't allocate memory" in text
 
 
-def free_memory() -> None:
-    gc.collect()
+def free_memory(held: int | None = None) -> None:
+    """Give unused device memory back. ``held``: the bytes allocated before the work being cleaned up;
+    when no more than that (plus GC_SLACK) is still allocated, nothing is caught in a reference cycle and
+    the collection is skipped: it costs about 0.1 s in a process that has compiled."""
+    if held is None or not torch.cuda.is_available() or torch.cuda.memory_allocated() > held + GC_SLACK:
+        gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
+
+
+GC_SLACK = 16 * 2**20
 
 
 def describe(e: BaseException) -> str:

@@ -315,7 +315,7 @@ class Slot:
                 raise Closed("the fill is stopping") from None
             self.worker = None
             return worker.death_row()
-        runner.summary.spent(phases)
+        runner.summary.spent(phases, task.impl)
         if not ok:  # the case left the CUDA context unusable: start afresh
             self.stop_worker(kill=True)
         if "error" in row_dict:  # raised outside the harness's own handling

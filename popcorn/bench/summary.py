@@ -50,14 +50,26 @@ class Summary:
     interrupted: bool = False
     workers: int = 1
     phases: dict = field(default_factory=dict)  # phase -> worker seconds
+    by_impl: dict = field(default_factory=dict)  # backend -> {phase: worker seconds, "pairs": n}
     busy_s: float | None = None  # seconds the timing lane held the device (parallel fills)
     pairs: list = field(default_factory=list)  # (op, impl, case_id, grad) of every planned pair, in plan order
     unavailable: dict = field(default_factory=dict)  # backend asked for by name -> why it cannot run here
     device: str | None = None  # the device name its rows carry (e.g. 'NVIDIA H200')
 
-    def spent(self, phases: dict) -> None:
+    def spent(self, phases: dict, impl: str | None = None) -> None:
+        """Add one task's phase seconds (of backend ``impl``, when named: where each backend's time goes)."""
         for k, v in phases.items():
             self.phases[k] = self.phases.get(k, 0.0) + v
+        if impl is not None:
+            mine = self.by_impl.setdefault(impl, {"pairs": 0})
+            mine["pairs"] += 1
+            for k, v in phases.items():
+                mine[k] = mine.get(k, 0.0) + v
+
+    def per_pair(self) -> dict:
+        """Per backend, the worker seconds of each phase per measured pair (``pairs``: how many)."""
+        return {impl: {"pairs": c["pairs"], **{k: round(c.get(k, 0.0) / c["pairs"], 3) for k in PHASES}}
+                for impl, c in sorted(self.by_impl.items()) if c["pairs"]}
 
     def breakdown(self) -> dict:
         """Wall seconds, pairs per minute, the timing lane's busy fraction and worker seconds by phase
@@ -68,7 +80,7 @@ class Summary:
         phases["other"] = max(0.0, self.workers * wall - sum(phases.values()))
         return {"wall_s": wall, "pairs_per_min": self.measured / (wall / 60) if wall > 0 else 0.0,
                 "busy_s": busy, "busy_fraction": busy / wall if wall > 0 else 0.0, "workers": self.workers,
-                "phases": phases}
+                "phases": phases, "per_pair": self.per_pair()}
 
     def add(self, op: str, impl: str, what: str) -> None:
         c = self.counts.setdefault((op, impl), {})

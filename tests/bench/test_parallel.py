@@ -61,6 +61,11 @@ def test_timing_never_shares_the_device_with_correctness_trials(env, monkeypatch
     b = summary.breakdown()
     assert b["workers"] == 3 and b["busy_s"] > 0 and 0 < b["busy_fraction"] < 1
     assert b["phases"]["timing"] > 0 and b["phases"]["trials"] > 0
+    per_pair = b["per_pair"]  # each backend's seconds per pair, from the same phase clocks
+    assert {k: v["pairs"] for k, v in per_pair.items()} == {"toy:lanes": 12, "torch": 12}
+    assert per_pair["toy:lanes"]["timing"] > 0 and per_pair["toy:lanes"]["trials"] > 0
+    timing = sum(v["timing"] * v["pairs"] for v in per_pair.values())
+    assert abs(timing - b["phases"]["timing"]) < 0.01 * b["phases"]["timing"] + 0.05
 
 
 def test_a_cases_inputs_and_truth_are_computed_once_for_all_its_backends(env, monkeypatch):
