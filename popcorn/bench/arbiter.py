@@ -54,6 +54,12 @@ class Arbiter:
             else:
                 raise ValueError(f"unknown lane {kind!r}")
 
+    def started(self, slot: int) -> None:
+        """The slot's exclusive hold has the device across processes too: busy time counts from now."""
+        with self._cv:
+            if self._exclusive == slot:
+                self._since = time.monotonic()
+
     def release(self, slot: int) -> None:
         """Release the slot's most recent hold (exclusive first: a worker times with no trial open)."""
         with self._cv:

@@ -4,7 +4,9 @@ A parallel fill runs several workers on one device. Correctness trials may share
 each other; timing must have it alone. Each worker wraps its device work in :func:`hold`:
 ``"shared"`` around one correctness trial, ``"exclusive"`` around timing. In a worker of a
 parallel fill each hold is a request to the supervisor (:mod:`popcorn.bench.arbiter`), answered
-when the lane is free; anywhere else (a serial fill, bench mode, ``compare``) it costs nothing.
+when the lane is free; where fills share a device (:mod:`popcorn.bench.device_lane`), a worker of
+any fill then takes the device's lane across processes too. Outside a fill's worker (bench mode,
+``compare``) a hold costs nothing.
 
 :func:`phase` adds a block's seconds to :data:`clock` (warm-up, truth, trials, timing, wait), which
 the worker sends back with each row, so a fill can say where its wall time went.
@@ -15,17 +17,18 @@ from __future__ import annotations
 import contextlib
 import time
 
-SHARED, EXCLUSIVE, RELEASE = "shared", "exclusive", "release"
+SHARED, EXCLUSIVE, RELEASE, HELD = "shared", "exclusive", "release", "held"
 
-_conn = None  # the worker's pipe to its supervisor, in a worker of a parallel fill
+_conn = None  # the worker's pipe to its supervisor, in a fill's worker
+_device = None  # the device's lanes across processes (a device_lane.DeviceLane), where shared
 clock: dict[str, float] = {}  # phase -> seconds, for the task being measured
 held: str | None = None  # the lane this process holds now (tests read it)
 
 
-def connect(conn) -> None:
-    """Route holds through ``conn``: the worker of a parallel fill calls this once."""
-    global _conn
-    _conn = conn
+def connect(conn, device=None) -> None:
+    """Route holds through ``conn`` (and ``device``, a DeviceLane): a fill's worker calls this once."""
+    global _conn, _device
+    _conn, _device = conn, device
 
 
 _nested: list[float] = []  # per open phase, the seconds of the phases inside it
@@ -48,7 +51,10 @@ def phase(name: str):
 
 @contextlib.contextmanager
 def hold(kind: str):
-    """Hold the device lane ``kind`` (SHARED or EXCLUSIVE) for the block; waiting counts as ``wait``."""
+    """Hold the device lane ``kind`` (SHARED or EXCLUSIVE) for the block; waiting counts as ``wait``.
+    The supervisor grants it among the fill's workers; then the device's lane across processes
+    (:mod:`popcorn.bench.device_lane`), when there is one, is taken too, and the supervisor told
+    (HELD): its watchdog does not count the wait for another fill."""
     global held
     if _conn is None:
         yield
@@ -56,11 +62,18 @@ def hold(kind: str):
     with phase("wait"):
         _conn.send(("lane", kind))
         _conn.recv()  # the go-ahead
+        if _device is not None:
+            try:
+                _device.take(kind)
+            finally:
+                _conn.send(("lane", HELD))
     held = kind
     try:
         yield
     finally:
         held = None
+        if _device is not None:
+            _device.release()
         _conn.send(("lane", RELEASE))
 
 

@@ -28,7 +28,7 @@ from popcorn.core.inputs import make_inputs
 
 from popcorn.schema import REFERENCE
 
-from . import lane
+from . import device_lane, lane
 from .api import _record, run_case
 from .compare import Result, Truth, describe, free_memory, is_oom, reference_trial
 from .record import CRASH, ERROR, OOM, SENTINEL_REASON, SKIP, Record
@@ -141,9 +141,11 @@ def _leave_later(signum, frame) -> None:
     timer.start()
 
 
-def serve(conn, sentinel: str, device: str, lanes: bool = False, compile_threads: int | None = None) -> None:
+def serve(conn, sentinel: str, device: str, lanes: bool = False, compile_threads: int | None = None,
+          shared_lanes: bool = False) -> None:
     """Worker loop: receive tasks on ``conn`` until None; reply (record dict, device_ok, phase seconds).
-    ``lanes``: hold the device's lanes through the supervisor (a parallel fill)."""
+    ``lanes``: hold the device's lanes through the supervisor (a parallel fill); ``shared_lanes``: and
+    across processes (other fills on the device), the supervisor told when each is held."""
     if compile_threads:  # workers compiling side by side share the host's cores
         os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = str(compile_threads)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the supervisor's: it stops and kills workers
@@ -154,8 +156,8 @@ def serve(conn, sentinel: str, device: str, lanes: bool = False, compile_threads
     warnings.simplefilter("once")
     import popcorn.kernels  # noqa: F401 - pay the imports before the first case's watchdog starts
 
-    if lanes:
-        lane.connect(conn)
+    if lanes or shared_lanes:
+        lane.connect(conn, device_lane.for_device(dev) if shared_lanes else None)
     probe(dev)
     try:
         conn.send(("ready", os.getpid()))
@@ -187,11 +189,12 @@ class Worker:
                  compile_threads: int | None = None):
         ctx = mp.get_context("spawn")  # never fork a process that may hold a CUDA context
         self.device, self.slot, self.arbiter = str(device), slot, arbiter
+        self.shared_lanes = device_lane.lane_dir(torch.device(device)) is not None
         self.conn, child = ctx.Pipe()
         sentinel_dir.mkdir(parents=True, exist_ok=True)
         self.sentinel = sentinel_dir / f"sentinel-{os.getpid()}-{time.monotonic_ns()}.json"
         self.proc = ctx.Process(target=serve, args=(child, str(self.sentinel), self.device, arbiter is not None,
-                                                    compile_threads), daemon=True)
+                                                    compile_threads, self.shared_lanes), daemon=True)
         self.proc.start()
         child.close()
         if not self.conn.poll(600) or self.conn.recv()[0] != "ready":
@@ -200,7 +203,8 @@ class Worker:
 
     def run(self, task: dict, timeout: float):
         """(record dict, device ok, phase seconds) or raises TimeoutError / EOFError (worker died).
-        Time spent waiting for a lane is not the task's: the watchdog pauses meanwhile."""
+        Time spent waiting for a lane, this fill's or another's on the device, is not the task's: the
+        watchdog pauses meanwhile."""
         self.conn.send(task)
         left = timeout
         while True:
@@ -212,10 +216,18 @@ class Worker:
             if not (isinstance(message, tuple) and message and message[0] == "lane"):
                 return message
             if message[1] == lane.RELEASE:
-                self.arbiter.release(self.slot)
-            else:
+                if self.arbiter is not None:
+                    self.arbiter.release(self.slot)
+                continue
+            if self.arbiter is not None:
                 self.arbiter.acquire(self.slot, message[1])
-                self.conn.send("go")
+            self.conn.send("go")
+            if self.shared_lanes:  # another fill may hold the device: that wait is not the task's
+                held = self.conn.recv()
+                if held != ("lane", lane.HELD):
+                    raise EOFError(f"the worker broke the lane protocol: {held!r}")
+                if self.arbiter is not None:
+                    self.arbiter.started(self.slot)
 
     def death_row(self) -> Record | None:
         """The crash row for the case named by the dead worker's sentinel; None when it died between

@@ -9,6 +9,7 @@ so a variable set after ``import popcorn`` still takes effect.
 | POPCORN_STORE | the Delta report store (a path or URI) | $XDG_DATA_HOME/popcorn/store, ~/.local/share/... |
 | POPCORN_BENCH_TARGET_MS | time spent measuring each quantity (precision for throughput) | 100 |
 | POPCORN_LIVE_WAIT_S | how long a ``--live`` fill with nothing to measure waits for a subscriber | 5 |
+| POPCORN_LANE_DIR | where fills on one device share its lanes across processes (``off``: they do not) | <tmp>/popcorn-lanes on CUDA; off on CPU |
 """
 
 from __future__ import annotations
@@ -46,8 +47,13 @@ class Settings:
         return env.get("POPCORN_STORE") or str(Path(env.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
                                                / "popcorn" / "store")
 
+    @property
+    def lane_dir(self) -> str | None:
+        """POPCORN_LANE_DIR as given (None: unset); :mod:`popcorn.bench.device_lane` applies the defaults."""
+        return os.environ.get("POPCORN_LANE_DIR") or None
+
     def __repr__(self) -> str:
-        names = ("bench", "cache_root", "report_dir", "store", "bench_target_ms")
+        names = ("bench", "cache_root", "report_dir", "store", "bench_target_ms", "lane_dir")
         return "Settings(" + ", ".join(f"{k}={getattr(self, k)!r}" for k in names) + ")"
 
 

@@ -1,0 +1,96 @@
+"""The device's lanes across processes: several fills on one GPU (sweep partitions side by side, two
+users) keep timing alone on the device, as one fill's arbiter does for its own workers.
+
+Two flock(2) locks per device in the lane directory (POPCORN_LANE_DIR): ``<key>.lane``, held shared
+around each correctness trial and exclusive around timing, and ``<key>.gate``, which an exclusive
+hold takes first and keeps, so that no new shared hold of any process starts while timing waits or
+runs (a stream of trials from other fills cannot starve it). Locks belong to the process: one that
+dies, however, holds nothing. The key is the device's UUID, so two fills that see one GPU under
+different CUDA_VISIBLE_DEVICES numbering still share its lanes.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import tempfile
+from pathlib import Path
+
+import torch
+
+from popcorn.core.settings import settings
+
+from .lane import EXCLUSIVE, SHARED
+
+
+def lane_dir(device: torch.device) -> Path | None:
+    """Where the device's locks live: POPCORN_LANE_DIR, else ``<tmp>/popcorn-lanes`` on CUDA; None (no
+    cross-process lanes) on CPU unless POPCORN_LANE_DIR is set, or when it is ``off``."""
+    raw = settings().lane_dir
+    if raw == "off":
+        return None
+    if raw:
+        return Path(raw)
+    return Path(tempfile.gettempdir()) / "popcorn-lanes" if device.type == "cuda" else None
+
+
+def device_key(device: torch.device) -> str:
+    if device.type != "cuda":
+        return device.type
+    try:
+        return "cuda-" + str(torch.cuda.get_device_properties(device).uuid)
+    except Exception:  # noqa: BLE001 - a build without the uuid: this process's numbering
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
+        index = device.index or 0
+        return f"cuda-{visible[index] if index < len(visible) and visible[index] else index}"
+
+
+class DeviceLane:
+    """One process's side of a device's lanes: :meth:`take` a lane, :meth:`release` it."""
+
+    def __init__(self, directory: Path, key: str):
+        directory.mkdir(parents=True, exist_ok=True)
+        self.key = key
+        self._lane = open(directory / f"{key}.lane", "a")  # noqa: SIM115 - held for the process's life
+        self._gate = open(directory / f"{key}.gate", "a")  # noqa: SIM115
+        self.held: str | None = None
+
+    def take(self, kind: str) -> None:
+        """Block until the device's ``kind`` lane is this process's."""
+        if self.held is not None:
+            raise RuntimeError(f"the device lane is already held ({self.held}); holds do not nest")
+        if kind == SHARED:
+            fcntl.flock(self._gate, fcntl.LOCK_SH)  # waits while any process times or waits to
+            try:
+                fcntl.flock(self._lane, fcntl.LOCK_SH)
+            finally:
+                fcntl.flock(self._gate, fcntl.LOCK_UN)
+        elif kind == EXCLUSIVE:
+            fcntl.flock(self._gate, fcntl.LOCK_EX)
+            try:
+                fcntl.flock(self._lane, fcntl.LOCK_EX)
+            except BaseException:
+                fcntl.flock(self._gate, fcntl.LOCK_UN)
+                raise
+        else:
+            raise ValueError(f"unknown lane {kind!r}")
+        self.held = kind
+
+    def release(self) -> None:
+        if self.held is None:
+            return
+        fcntl.flock(self._lane, fcntl.LOCK_UN)
+        if self.held == EXCLUSIVE:
+            fcntl.flock(self._gate, fcntl.LOCK_UN)
+        self.held = None
+
+    def close(self) -> None:
+        self.release()
+        self._lane.close()
+        self._gate.close()
+
+
+def for_device(device: torch.device) -> DeviceLane | None:
+    """The process's lane on ``device``, or None where lanes are not shared across processes."""
+    directory = lane_dir(device)
+    return None if directory is None else DeviceLane(directory, device_key(device))

@@ -1,0 +1,105 @@
+"""The device's lanes across processes (popcorn.bench.device_lane): real flock(2) locks, and two real
+fills on one device whose timing never overlaps the other's trials."""
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+
+from popcorn.bench.device_lane import DeviceLane, device_key, lane_dir
+from popcorn.bench.lane import EXCLUSIVE, SHARED
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def taking(lane: DeviceLane, kind: str) -> threading.Event:
+    """Take ``kind`` on a thread; the event is set once it is held."""
+    got = threading.Event()
+    threading.Thread(target=lambda: (lane.take(kind), got.set()), daemon=True).start()
+    return got
+
+
+def test_timing_waits_for_trials_and_new_trials_wait_for_timing(tmp_path):
+    # each DeviceLane opens its own files, so its locks conflict as another process's would
+    trial, timing, late_trial = (DeviceLane(tmp_path, "gpu") for _ in range(3))
+    trial.take(SHARED)
+    timed = taking(timing, EXCLUSIVE)
+    assert not timed.wait(0.3)  # a trial runs: timing waits
+    late = taking(late_trial, SHARED)
+    assert not late.wait(0.3)  # timing waits: no new trial starts before it (the gate)
+    trial.release()
+    assert timed.wait(10) and not late.is_set()
+    timing.release()
+    assert late.wait(10)
+    late_trial.release()
+
+
+def test_trials_share_the_lane_and_holds_do_not_nest(tmp_path):
+    a, b = DeviceLane(tmp_path, "gpu"), DeviceLane(tmp_path, "gpu")
+    a.take(SHARED)
+    assert taking(b, SHARED).wait(10)  # trials of two fills run side by side
+    with pytest.raises(RuntimeError, match="do not nest"):
+        a.take(EXCLUSIVE)
+    a.release(), b.release()
+
+
+def test_a_killed_process_holds_nothing(tmp_path):
+    code = ("import sys, time; from pathlib import Path; from popcorn.bench.device_lane import DeviceLane; "
+            "lane = DeviceLane(Path(sys.argv[1]), 'gpu'); lane.take('exclusive'); print('held', flush=True); time.sleep(600)")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        assert proc.stdout.readline().strip() == "held"
+        mine = DeviceLane(tmp_path, "gpu")
+        got = taking(mine, SHARED)
+        assert not got.wait(0.3)
+        proc.send_signal(signal.SIGKILL)
+        assert got.wait(10)
+        mine.release()
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_lanes_are_shared_on_cuda_by_default_and_on_cpu_only_when_asked(monkeypatch, tmp_path):
+    monkeypatch.delenv("POPCORN_LANE_DIR", raising=False)
+    assert lane_dir(torch.device("cpu")) is None
+    assert lane_dir(torch.device("cuda")).name == "popcorn-lanes"
+    monkeypatch.setenv("POPCORN_LANE_DIR", str(tmp_path))
+    assert lane_dir(torch.device("cpu")) == tmp_path
+    monkeypatch.setenv("POPCORN_LANE_DIR", "off")
+    assert lane_dir(torch.device("cuda")) is None
+    assert device_key(torch.device("cpu")) == "cpu"
+
+
+FILL = ("import sys; from popcorn.bench.fill import fill; from tests.bench import fill_ops; "
+        "s = fill([fill_ops.toy_scale], backends=['toy:lanes'], slice_spec=fill_ops.SLICE, device='cpu', trials=3, "
+        "workers=int(sys.argv[1]), limit=12); print('measured', s.measured)")
+
+
+def spans(log: Path) -> list[tuple[str, float, float]]:
+    return [(held, float(t0), float(t1)) for _, held, t0, t1 in (line.split() for line in log.read_text().splitlines())]
+
+
+def test_two_fills_on_one_device_never_time_beside_the_others_trials(tmp_path):
+    procs = []
+    for i, workers in enumerate(("1", "2")):  # a serial and a parallel fill at once
+        env = {**os.environ, "POPCORN_CACHE_DIR": str(tmp_path / f"cache{i}"), "POPCORN_BENCH_TARGET_MS": "2",
+               "POPCORN_LANE_DIR": str(tmp_path / "lanes"), "TOY_LANE_LOG": str(tmp_path / f"lanes{i}.log")}
+        procs.append(subprocess.Popen([sys.executable, "-c", FILL, workers], env=env, cwd=ROOT, text=True,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+    outs = [p.communicate(timeout=600) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0 and "measured 24" in out, err[-2000:]
+    a, b = spans(tmp_path / "lanes0.log"), spans(tmp_path / "lanes1.log")
+    for log in (a, b):  # the serial fill holds lanes too: the device's, across processes
+        assert {SHARED, EXCLUSIVE} <= {s[0] for s in log}
+    assert min(s[1] for s in a) < max(s[2] for s in b) and min(s[1] for s in b) < max(s[2] for s in a)  # side by side
+    for mine, theirs in ((a, b), (b, a)):
+        trials = [s for s in theirs if s[0] == SHARED]
+        for _, t0, t1 in (s for s in mine if s[0] == EXCLUSIVE):
+            assert not [s for s in trials if s[1] < t1 and t0 < s[2]], "the other fill's trial ran while this one timed"
