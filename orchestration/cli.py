@@ -44,11 +44,12 @@ def _executor_env(tags: dict) -> dict:
 
 
 def _gpus(tags: dict) -> int:
-    from .execution import visible_gpus
+    from .execution import fills_per_gpu, visible_gpus
     from .sweep import EXECUTOR, GPUS_PER_NODE, NODES
 
     if tags.get(EXECUTOR) == "local":
-        return max(1, len(visible_gpus()))
+        gpus = visible_gpus()
+        return len(gpus) * fills_per_gpu() if gpus else 1
     return int(tags.get(NODES, 1)) * GPUS_PER_NODE
 
 

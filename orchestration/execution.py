@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import dagster as dg
@@ -81,17 +81,36 @@ class Executor(dg.ConfigurableResource):
         raise NotImplementedError
 
 
+def fills_per_gpu() -> int:
+    """POPCORN_SWEEP_FILLS_PER_GPU (default 1): partitions a local sweep runs side by side on each GPU.
+    Their timing stays alone on the device (popcorn.bench.device_lane), and their fixed costs (a run's
+    start, the fill's workers, compiles) overlap; but each fill reserves device memory as if it had the
+    GPU alone, so keep 1 where cases come near the device's memory (long-context curves)."""
+    raw = os.environ.get("POPCORN_SWEEP_FILLS_PER_GPU", "1")
+    try:
+        n = int(raw)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ValueError(f"POPCORN_SWEEP_FILLS_PER_GPU={raw!r}: expected a whole number of fills, 1 or more")
+    return n
+
+
 class LocalExecutor(Executor):
     """Runs ``job.argv()`` as a subprocess on this machine (a crash or hang costs the job, not the run),
-    one job per visible GPU at a time (a lease on a lock file; CPU counts as one), streaming its output
-    to the run's log. Stopping the run stops the fill the way Ctrl-C does: it writes what it measured."""
+    :func:`fills_per_gpu` jobs per visible GPU at a time (a lease on a lock file; CPU counts as one GPU),
+    streaming its output to the run's log. Stopping the run stops the fill the way Ctrl-C does: it
+    writes what it measured."""
 
-    gpus: int | None = None  # jobs side by side (default: the visible GPUs, 1 on CPU)
+    gpus: int | None = None  # jobs side by side (default: the visible GPUs x fills_per_gpu(), 1 on CPU)
     lease_dir: str | None = None  # where the leases live (default: <tmp>/popcorn-gpu-leases)
 
     def fill(self, context, job: FillJob) -> FillResult:
         devices = visible_gpus() if job.device in (None, "cuda") or str(job.device).startswith("cuda") else []
-        slots = self.gpus or max(1, len(devices))
+        per_gpu = fills_per_gpu() if devices else 1
+        slots = self.gpus or max(1, len(devices)) * per_gpu
+        if per_gpu > 1 and job.workers is None:  # the host's cores are shared by the fills side by side
+            job = replace(job, workers=max(2, min(8, (os.cpu_count() or 2) // (2 * per_gpu))))
         lease_dir = Path(self.lease_dir or Path(tempfile.gettempdir()) / "popcorn-gpu-leases")
         with lease(lease_dir, slots, context.log) as slot:
             env = dict(os.environ)

@@ -200,3 +200,20 @@ def test_progress_is_counted_per_phase():
     phase = Phase("liger", 10)
     phase.counts.update(done=5, failed=1, running=2)
     assert phase.bar() == "  liger        [###############xxx------------] 5/10  (2 running, 1 failed)"
+
+
+def test_fills_per_gpu_sizes_the_local_pool_and_is_checked(monkeypatch):
+    from orchestration import execution
+    from orchestration.sweep import EXECUTOR
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    monkeypatch.delenv("POPCORN_SWEEP_FILLS_PER_GPU", raising=False)
+    assert cli._gpus({EXECUTOR: "local"}) == 2
+    monkeypatch.setenv("POPCORN_SWEEP_FILLS_PER_GPU", "3")  # device lanes keep timing alone: fills may share a GPU
+    assert cli._gpus({EXECUTOR: "local"}) == 6
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert cli._gpus({EXECUTOR: "local"}) == 1  # the CPU is one device, whatever the setting
+    for bad in ("0", "two"):
+        monkeypatch.setenv("POPCORN_SWEEP_FILLS_PER_GPU", bad)
+        with pytest.raises(ValueError, match="POPCORN_SWEEP_FILLS_PER_GPU"):
+            execution.fills_per_gpu()
