@@ -1,0 +1,63 @@
+"""Does a device that idled time tiny calls slower, and does ``CudaTimer.hot`` bring it back?
+
+    python benchmarks/clock_probe.py
+
+A serial fill leaves the GPU idle while its host compiles; a parallel fill keeps it busy with other
+workers' trials. Latency-bound calls (a few microseconds) timed by graph replay came out up to 20%
+slower serially on an H200. For a tiny and a large call, graph-replay medians (and the SM clock NVML
+reports) in three states: after IDLE_S idle, after the idle and ``hot()``, and right after a second
+of busy device work. Prints a table.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from popcorn.bench.timing import CudaTimer, quantiles  # noqa: E402
+
+IDLE_S = 3.0
+
+
+def busy(seconds: float) -> None:
+    a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        for _ in range(20):
+            a @ a
+        torch.cuda.synchronize()
+
+
+def main() -> int:
+    timer = CudaTimer(torch.device("cuda"))
+    calls = {"tiny (4096x64 fp16 mul)": [torch.randn(4096, 64, device="cuda", dtype=torch.float16) for _ in range(8)],
+             "large (8192x8192 fp32 mul)": [torch.randn(8192, 8192, device="cuda") for _ in range(2)]}
+    print(f"{'call':<28} {'state':<16} {'clock MHz':>10} {'median us':>10} {'q20-q80 us':>14}")
+    for name, xs in calls.items():
+        fns = [lambda x=x: x.mul(1.0001) for x in xs]
+        est = timer._estimate(fns[0])
+        graph = timer.capture(fns, est)
+        for state in ("idle", "idle + hot()", "after busy"):
+            if state == "after busy":
+                busy(1.0)
+            else:
+                torch.cuda.synchronize()
+                time.sleep(IDLE_S)
+                if state == "idle + hot()":
+                    timer.hot()
+            clock = timer.clocks()
+            med, q20, q80 = quantiles(timer.replay(graph, est))
+            print(f"{name:<28} {state:<16} {clock[0] if clock else '-':>10} {med * 1e3:>10.2f} "
+                  f"{q20 * 1e3:>6.2f}-{q80 * 1e3:<6.2f}", flush=True)
+        graph.reset()
+    print(f"max SM clock: {timer.clocks()[1] if timer.clocks() else 'unknown (no NVML)'} MHz")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
