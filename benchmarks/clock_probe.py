@@ -1,12 +1,11 @@
-"""Does a device that idled time tiny calls slower, and does ``CudaTimer.hot`` bring it back?
+"""Does a device that idled time tiny calls slower than a busy one (its clock)?
 
     python benchmarks/clock_probe.py
 
 A serial fill leaves the GPU idle while its host compiles; a parallel fill keeps it busy with other
 workers' trials. Latency-bound calls (a few microseconds) timed by graph replay came out up to 20%
-slower serially on an H200. For a tiny and a large call, graph-replay medians (and the SM clock NVML
-reports) in three states: after IDLE_S idle, after the idle and ``hot()``, and right after a second
-of busy device work. Prints a table.
+faster in parallel fills on an H200. For a tiny and a large call, graph-replay medians and the SM
+clock NVML reports, after IDLE_S idle and right after a second of busy device work. Prints a table.
 """
 
 from __future__ import annotations
@@ -22,6 +21,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from popcorn.bench.timing import CudaTimer, quantiles  # noqa: E402
 
 IDLE_S = 3.0
+
+
+def clocks() -> tuple[int, int] | None:
+    """(current, max) SM clock in MHz through NVML; None where NVML cannot say."""
+    try:
+        import pynvml
+
+        handle = torch.cuda._get_pynvml_handler(torch.device("cuda"))
+        return (pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
+                pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM))
+    except Exception:  # noqa: BLE001
+        return None
 
 
 def busy(seconds: float) -> None:
@@ -42,20 +53,18 @@ def main() -> int:
         fns = [lambda x=x: x.mul(1.0001) for x in xs]
         est = timer._estimate(fns[0])
         graph = timer.capture(fns, est)
-        for state in ("idle", "idle + hot()", "after busy"):
+        for state in ("idle", "after busy"):
             if state == "after busy":
                 busy(1.0)
             else:
                 torch.cuda.synchronize()
                 time.sleep(IDLE_S)
-                if state == "idle + hot()":
-                    timer.hot()
-            clock = timer.clocks()
+            clock = clocks()
             med, q20, q80 = quantiles(timer.replay(graph, est))
             print(f"{name:<28} {state:<16} {clock[0] if clock else '-':>10} {med * 1e3:>10.2f} "
                   f"{q20 * 1e3:>6.2f}-{q80 * 1e3:<6.2f}", flush=True)
         graph.reset()
-    print(f"max SM clock: {timer.clocks()[1] if timer.clocks() else 'unknown (no NVML)'} MHz")
+    print(f"max SM clock: {clocks()[1] if clocks() else 'unknown (no NVML)'} MHz")
     return 0
 
 

@@ -82,10 +82,10 @@ class Executor(dg.ConfigurableResource):
 
 
 def fills_per_gpu() -> int:
-    """POPCORN_SWEEP_FILLS_PER_GPU (default 1): partitions a local sweep runs side by side on each GPU.
-    Their timing stays alone on the device (popcorn.bench.device_lane), and their fixed costs (a run's
-    start, the fill's workers, compiles) overlap; but each fill reserves device memory as if it had the
-    GPU alone, so keep 1 where cases come near the device's memory (long-context curves)."""
+    """POPCORN_SWEEP_FILLS_PER_GPU (default 1): partitions a local sweep runs side by side on each GPU, so
+    their fixed costs (a run's start, the fill's workers, compiles) overlap. Their timing stays alone on
+    the device and their cases within its memory (popcorn.bench.device_lane): each fill then runs
+    parallel workers, whose reservations the device's ledger counts."""
     raw = os.environ.get("POPCORN_SWEEP_FILLS_PER_GPU", "1")
     try:
         n = int(raw)

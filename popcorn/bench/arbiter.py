@@ -6,12 +6,13 @@ the device. A waiting exclusive hold stops new shared ones, so timing never star
 stream of trials. Holds belong to a slot, so a worker that dies or is killed mid-hold frees them
 (:meth:`Arbiter.drop`). The arbiter also hands out device memory by reservation: a case group
 reserves its correctness footprint before its worker starts, so parallel cases never run a device
-out of memory that one case alone would fit in. It keeps the seconds the exclusive lane was held:
-the fill's GPU busy time.
+out of memory that one case alone would fit in; with a ``ledger``, the reservations of other fills
+on the device count too. It keeps the seconds the exclusive lane was held: the fill's GPU busy time.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -23,7 +24,7 @@ class Closed(RuntimeError):
 
 
 class Arbiter:
-    def __init__(self, memory_bytes: int | None = None):
+    def __init__(self, memory_bytes: int | None = None, ledger=None):
         self._cv = threading.Condition()
         self.closed = False
         self._shared: dict[int, int] = {}  # slot -> shared holds
@@ -32,6 +33,7 @@ class Arbiter:
         self._since = 0.0
         self.busy_s = 0.0  # seconds the exclusive lane was held
         self.memory = memory_bytes  # None: memory is not arbitrated (CPU)
+        self.ledger = ledger  # the device's reservations across processes (device_lane.DeviceMemory), if shared
         self._reserved: dict[int, int] = {}  # slot -> bytes
         self._queue: list = []  # reservations waiting, in the order asked
 
@@ -102,15 +104,28 @@ class Arbiter:
                 self._cv.notify_all()
             self._check_open()
             self._reserved[slot] = want
+        if self.ledger is not None and not self.ledger.reserve(self._name(slot), want, self.memory,
+                                                               closed=lambda: self.closed):
+            self.unreserve(slot)
+            raise Closed("the fill is stopping")
 
     def unreserve(self, slot: int) -> None:
+        if self.ledger is not None:
+            self.ledger.release(self._name(slot))
         with self._cv:
             self._reserved.pop(slot, None)
             self._cv.notify_all()
 
+    @staticmethod
+    def _name(slot: int) -> str:
+        return f"{os.getpid()}-{slot}"
+
     def others_reserved(self, slot: int) -> bool:
+        """Whether other cases hold device memory: this fill's, or other fills' on the device."""
         with self._cv:
-            return any(b for s, b in self._reserved.items() if s != slot)
+            if any(b for s, b in self._reserved.items() if s != slot):
+                return True
+        return self.ledger is not None and any(b for k, b in self.ledger.held().items() if k != self._name(slot))
 
     # -- a worker gone ---------------------------------------------------------------------------
     def drop(self, slot: int) -> None:

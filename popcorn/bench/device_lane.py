@@ -1,5 +1,6 @@
-"""The device's lanes across processes: several fills on one GPU (sweep partitions side by side, two
-users) keep timing alone on the device, as one fill's arbiter does for its own workers.
+"""The device's lanes and memory across processes: several fills on one GPU (sweep partitions side by
+side, two users) keep timing alone on the device and within its memory, as one fill's arbiter does
+for its own workers (:class:`DeviceLane`, :class:`DeviceMemory`).
 
 Two flock(2) locks per device in the lane directory (POPCORN_LANE_DIR): ``<key>.lane``, held shared
 around each correctness trial and exclusive around timing, and ``<key>.gate``, which an exclusive
@@ -11,9 +12,12 @@ different CUDA_VISIBLE_DEVICES numbering still share its lanes.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import json
 import os
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -94,3 +98,77 @@ def for_device(device: torch.device) -> DeviceLane | None:
     """The process's lane on ``device``, or None where lanes are not shared across processes."""
     directory = lane_dir(device)
     return None if directory is None else DeviceLane(directory, device_key(device))
+
+
+class DeviceMemory:
+    """The device memory that fills on one device have reserved, in the ledger ``<key>.mem`` (JSON under
+    flock): what each reservation holds and, in the order asked, who waits. A reservation is granted
+    when it is the oldest waiting and fits beside every other process's, so fills that share a GPU
+    never run it out of memory that one case alone fits in (an OOM row would then be false evidence),
+    and a large case is never overtaken. Entries of processes that died are dropped."""
+
+    POLL_S = 0.05
+
+    def __init__(self, directory: Path, key: str):
+        directory.mkdir(parents=True, exist_ok=True)
+        self.path = directory / f"{key}.mem"
+
+    def reserve(self, name: str, nbytes: int, capacity: int, closed=lambda: False) -> bool:
+        """Block until ``nbytes`` (at most ``capacity`` in all) are ``name``'s; False when ``closed()``
+        turned true first (the fill is stopping: nothing reserved)."""
+        with self._ledger() as book:
+            book["waiting"].append([time.time(), name, nbytes])
+        while True:
+            with self._ledger() as book:
+                first = book["waiting"][0][1] if book["waiting"] else None
+                if first == name and sum(book["held"].values()) + nbytes <= capacity:
+                    book["waiting"].pop(0)
+                    book["held"][name] = nbytes
+                    return True
+                if closed():
+                    book["waiting"] = [w for w in book["waiting"] if w[1] != name]
+                    return False
+            time.sleep(self.POLL_S)
+
+    def release(self, name: str) -> None:
+        with self._ledger() as book:
+            book["held"].pop(name, None)
+            book["waiting"] = [w for w in book["waiting"] if w[1] != name]
+
+    def held(self) -> dict[str, int]:
+        with self._ledger() as book:
+            return dict(book["held"])
+
+    @contextlib.contextmanager
+    def _ledger(self):
+        with open(self.path, "a+") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            f.seek(0)
+            text = f.read()
+            book = json.loads(text) if text.strip() else {"held": {}, "waiting": []}
+            before = json.dumps(book, sort_keys=True)
+            book["held"] = {k: v for k, v in book["held"].items() if _alive(k)}
+            book["waiting"] = [w for w in book["waiting"] if _alive(w[1])]
+            yield book
+            if json.dumps(book, sort_keys=True) != before:
+                f.seek(0)
+                f.truncate()
+                f.write(json.dumps(book))
+                f.flush()
+
+
+def _alive(name: str) -> bool:
+    """Whether the process of reservation ``name`` ("<pid>-<slot>") still runs."""
+    try:
+        os.kill(int(name.split("-")[0]), 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, ValueError):
+        return True
+    return True
+
+
+def memory_for(device: torch.device) -> DeviceMemory | None:
+    """The device's memory ledger, where fills share the device's lanes (:func:`lane_dir`)."""
+    directory = lane_dir(device)
+    return None if directory is None else DeviceMemory(directory, device_key(device))

@@ -24,6 +24,7 @@ import torch
 
 from popcorn.schema import REFERENCE, REFERENCE_TIMED  # the reference's timings, copied as ref_* onto rows
 
+from . import device_lane
 from . import plan as planning
 from .arbiter import Arbiter, Closed
 from .frontier import Frontier
@@ -100,7 +101,7 @@ class _Runner:
         self.groups = self.begin(tasks)
         self.stop = threading.Event()
         self.error: BaseException | None = None
-        self.arbiter = Arbiter(_device_memory(tasks, workers)) if workers > 1 else None
+        self.arbiter = Arbiter(*_device_memory(tasks, workers)) if workers > 1 else None
         self.slots = [Slot(self, i) for i in range(workers)]
         self.threads: list[threading.Thread] = []
 
@@ -231,14 +232,16 @@ class _Runner:
             self.summary.busy_s = self.arbiter.busy()
 
 
-def _device_memory(tasks: Tasks, workers: int) -> int | None:
-    """The device memory parallel cases may reserve: the device's, less room for each worker's context
-    and allocator; None on CPU (the host's memory is not arbitrated)."""
+def _device_memory(tasks: Tasks, workers: int) -> tuple:
+    """(bytes, ledger): the device memory parallel cases may reserve (the device's, less room for each
+    worker's context and allocator) and the ledger of other fills' reservations on the device (None:
+    not shared); (None, None) on CPU, whose memory is not arbitrated."""
     devices = {t.device for t in tasks.todo}
     if len(devices) != 1 or not devices.pop().startswith("cuda") or not torch.cuda.is_available():
-        return None
-    total = torch.cuda.get_device_properties(torch.device(tasks.todo[0].device)).total_memory
-    return int(total * 0.9) - workers * CONTEXT_BYTES
+        return None, None
+    device = torch.device(tasks.todo[0].device)
+    total = torch.cuda.get_device_properties(device).total_memory
+    return int(total * 0.9) - workers * CONTEXT_BYTES, device_lane.memory_for(device)
 
 
 class Slot:

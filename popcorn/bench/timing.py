@@ -122,7 +122,6 @@ def time_cpu(call: Callable, setup: Callable = _noop) -> list[float]:
 
 
 # -- CUDA ---------------------------------------------------------------------------------------
-HOT_MS, HOT_CLOCK = 200.0, 0.95  # before timed samples: up to this long of device work, until the SM clock is this share of its max
 WARM_MS, WARM_CALLS = 25.0, (3, 200)  # untimed warm-up before timing: wall time, fewest and most calls
 LEAD_MS = (0.5, 50.0)  # the device's head start before a batch of samples: at least, at most
 _cycles_per_ms: dict = {}  # device -> spin cycles of torch.cuda._sleep per millisecond (None: unavailable)
@@ -173,34 +172,6 @@ class CudaTimer:
         t0 = time.perf_counter()
         enqueue()
         self.host_ms_per_sample = (time.perf_counter() - t0) * 1e3 / max(n, 1)
-
-    def clocks(self) -> tuple[int, int] | None:
-        """(current, max) SM clock in MHz through NVML; None where NVML cannot say."""
-        try:
-            import pynvml
-
-            handle = torch.cuda._get_pynvml_handler(self.device)
-            return pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM), \
-                pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM)
-        except Exception:  # noqa: BLE001 - no pynvml, or no NVML on this machine
-            return None
-
-    def hot(self) -> int | None:
-        """Bring the SM clock up before timed samples; returns the clock reached (MHz, None: unknown).
-        A device that idled while its host compiled runs at a low clock for a while, and latency-bound
-        calls then time up to 20% slower than on a busy device (serial against parallel fills on an
-        H200). Device work (the L2 flush) runs until the clock is HOT_CLOCK of its max or HOT_MS pass;
-        without NVML, a fixed 10 ms of it."""
-        t0 = time.perf_counter()
-        while True:
-            seen = self.clocks()
-            if seen is not None and seen[0] >= HOT_CLOCK * seen[1]:
-                return seen[0]
-            if (time.perf_counter() - t0) * 1e3 >= (HOT_MS if seen is not None else 10.0):
-                return seen[0] if seen is not None else None
-            for _ in range(8):
-                self.flush.zero_()
-            torch.cuda.synchronize(self.device)
 
     def warm(self, call: Callable, setup: Callable = _noop) -> None:
         """Untimed calls until WARM_MS of wall time or WARM_CALLS[1] calls, at least WARM_CALLS[0]: clocks
@@ -391,7 +362,6 @@ def _cuda_samples(timer: CudaTimer, step: Step, fn, arguments: dict, grad: bool)
     name = "cuda-events"
     try:
         with lane.hold(lane.EXCLUSIVE):
-            timer.hot()
             est = timer._estimate(step.forward)
             if graphs and est < GRAPH_BELOW_MS:
                 try:

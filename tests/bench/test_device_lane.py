@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from popcorn.bench.device_lane import DeviceLane, device_key, lane_dir
+from popcorn.bench.device_lane import DeviceLane, DeviceMemory, device_key, lane_dir
 from popcorn.bench.lane import EXCLUSIVE, SHARED
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -103,3 +103,56 @@ def test_two_fills_on_one_device_never_time_beside_the_others_trials(tmp_path):
         trials = [s for s in theirs if s[0] == SHARED]
         for _, t0, t1 in (s for s in mine if s[0] == EXCLUSIVE):
             assert not [s for s in trials if s[1] < t1 and t0 < s[2]], "the other fill's trial ran while this one timed"
+
+
+def reserving(memory, name: str, nbytes: int, capacity: int = 100) -> threading.Event:
+    got = threading.Event()
+    threading.Thread(target=lambda: memory.reserve(name, nbytes, capacity) and got.set(), daemon=True).start()
+    return got
+
+
+def test_memory_is_granted_in_the_order_asked_and_only_where_it_fits(tmp_path):
+    memory = DeviceMemory(tmp_path, "gpu")
+    pid = os.getpid()
+    assert memory.reserve(f"{pid}-0", 60, 100)
+    large = reserving(memory, f"{pid}-1", 50)
+    assert not large.wait(0.3)  # 60 + 50 > 100: it waits
+    small = reserving(memory, f"{pid}-2", 10)
+    assert not small.wait(0.3)  # it would fit, but a larger case asked first: never overtaken
+    memory.release(f"{pid}-0")
+    assert large.wait(10) and small.wait(10)
+    assert memory.held() == {f"{pid}-1": 50, f"{pid}-2": 10}
+    assert not memory.reserve(f"{pid}-3", 90, 100, closed=lambda: True)  # a stopping fill reserves nothing
+    assert f"{pid}-3" not in memory.held()
+
+
+def test_a_dead_process_holds_no_memory(tmp_path):
+    code = ("import os, sys, time; from pathlib import Path; from popcorn.bench.device_lane import DeviceMemory; "
+            "DeviceMemory(Path(sys.argv[1]), 'gpu').reserve(f'{os.getpid()}-0', 90, 100); print('held', flush=True); "
+            "time.sleep(600)")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        assert proc.stdout.readline().strip() == "held"
+        got = reserving(DeviceMemory(tmp_path, "gpu"), f"{os.getpid()}-0", 50)
+        assert not got.wait(0.3)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        assert got.wait(10)
+    finally:
+        proc.kill()
+
+
+def test_two_fills_arbiters_share_the_devices_memory(tmp_path):
+    from popcorn.bench.arbiter import Arbiter
+
+    ledger = DeviceMemory(tmp_path, "gpu")
+    one, two = Arbiter(100, ledger), Arbiter(100, ledger)
+    one.reserve(0, 60)
+    assert two.others_reserved(1)  # the other fill's case counts: an OOM here is retried alone
+    got = threading.Event()
+    threading.Thread(target=lambda: (two.reserve(1, 50), got.set()), daemon=True).start()
+    assert not got.wait(0.3)
+    one.unreserve(0)
+    assert got.wait(10)
+    two.unreserve(1)
+    assert ledger.held() == {}
