@@ -35,12 +35,18 @@ class Gauge:
     scale: float = 1.0
 
     def update(self, mine: torch.Tensor, native: torch.Tensor, truth: torch.Tensor) -> None:
+        """Fold one trial's output in: the candidate's and the native reference's max error against the
+        fp64 truth, and the truth's largest finite magnitude. One device sync for the three: beside
+        other workers' trials every sync waits its turn on the device."""
+        if truth.numel() == 0:
+            return
         truth = truth.detach().double()
-        self.err = max(self.err, _max_abs_diff(mine.detach().double(), truth))
-        self.budget = max(self.budget, _max_abs_diff(native.detach().double(), truth))
-        finite = truth[torch.isfinite(truth)]
-        if finite.numel():
-            self.scale = max(self.scale, finite.abs().max().item())
+        scale = torch.where(torch.isfinite(truth), truth.abs(), torch.zeros((), dtype=truth.dtype, device=truth.device))
+        err, budget, scale = torch.stack([_max_abs_diff(mine.detach().double(), truth),
+                                          _max_abs_diff(native.detach().double(), truth), scale.max()]).tolist()
+        self.err = max(self.err, _finite_or_inf(err))
+        self.budget = max(self.budget, _finite_or_inf(budget))
+        self.scale = max(self.scale, scale)
 
     def verdict(self, floor: float) -> str | None:
         """None when the gauge passes, else why not."""
@@ -55,12 +61,13 @@ class Gauge:
         return {"err": self.err, "budget": self.budget, "scale": self.scale}
 
 
-def _max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
-    if a.numel() == 0:
-        return 0.0
+def _max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """max |a - b| as a 0-d tensor (NaN where a NaN stands against a number); both non-empty."""
     same = (a == b) | (torch.isnan(a) & torch.isnan(b))  # equal infinities and NaN==NaN count as 0
-    diff = torch.where(same, torch.zeros_like(a), (a - b).abs())
-    value = diff.max().item()
+    return torch.where(same, torch.zeros_like(a), (a - b).abs()).max()
+
+
+def _finite_or_inf(value: float) -> float:
     return float("inf") if value != value else value
 
 

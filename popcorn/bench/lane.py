@@ -56,7 +56,7 @@ def hold(kind: str):
     (:mod:`popcorn.bench.device_lane`), when there is one, is taken too, and the supervisor told
     (HELD): its watchdog does not count the wait for another fill."""
     global held
-    if _conn is None:
+    if _conn is None or held is not None:  # a hold inside a hold (an autotuner's benchmark in a trial) has its lane
         yield
         return
     with phase("wait"):
@@ -75,6 +75,38 @@ def hold(kind: str):
         if _device is not None:
             _device.release()
         _conn.send(("lane", RELEASE))
+
+
+def guard_autotuning() -> None:
+    """Autotuners benchmark their configs on the device at a kernel's first call (Triton's, which liger
+    and fla use, and inductor's): make those benchmarks hold the shared lane, so they never run beside
+    another worker's timing, while the compiles around them keep running outside the lanes."""
+    try:
+        import triton.testing
+    except ImportError:
+        triton = None
+    if triton is not None and not getattr(triton.testing.do_bench, "popcorn_lane", False):
+        bench = triton.testing.do_bench
+
+        def do_bench(*args, **kwargs):
+            with hold(SHARED):
+                return bench(*args, **kwargs)
+        do_bench.popcorn_lane = True
+        triton.testing.do_bench = do_bench  # the Autotuner asks the driver, which imports it at each call
+    try:
+        from torch._inductor.runtime import benchmarking
+    except ImportError:
+        return
+    if hasattr(benchmarking, "set_gpu_benchmark_lock_context"):  # torch 2.13 and later
+        benchmarking.set_gpu_benchmark_lock_context(lambda: hold(SHARED))
+    elif not getattr(benchmarking.benchmarker.benchmark_gpu, "popcorn_lane", False):
+        gpu = benchmarking.benchmarker.benchmark_gpu
+
+        def benchmark_gpu(*args, **kwargs):
+            with hold(SHARED):
+                return gpu(*args, **kwargs)
+        benchmark_gpu.popcorn_lane = True
+        benchmarking.benchmarker.benchmark_gpu = benchmark_gpu
 
 
 def take_clock() -> dict[str, float]:

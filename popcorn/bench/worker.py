@@ -122,7 +122,8 @@ def measure_task(task: dict, device: torch.device) -> dict:
 
 def warm_up(impl, inputs: dict, grad: bool) -> None:
     """One step before the trials, outside the device lanes: compiling (inductor, a Triton JIT) is host
-    work that must not hold up another worker's timing. Its errors are the trials' to find and report."""
+    work that must not hold up another worker's timing (autotuners' benchmarks alone take the shared
+    lane: :func:`lane.guard_autotuning`). Its errors are the trials' to find and report."""
     with lane.phase("warmup"):
         try:
             step = Step(lambda **a: impl.invoke(a), inputs, grad)
@@ -158,6 +159,8 @@ def serve(conn, sentinel: str, device: str, lanes: bool = False, compile_threads
 
     if lanes or shared_lanes:
         lane.connect(conn, device_lane.for_device(dev) if shared_lanes else None)
+        if dev.type == "cuda":
+            lane.guard_autotuning()
     probe(dev)
     try:
         conn.send(("ready", os.getpid()))

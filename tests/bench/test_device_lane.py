@@ -156,3 +156,53 @@ def test_two_fills_arbiters_share_the_devices_memory(tmp_path):
     assert got.wait(10)
     two.unreserve(1)
     assert ledger.held() == {}
+
+
+def test_autotuners_benchmark_in_the_shared_lane(monkeypatch):
+    # Triton's autotuner (liger, fla) and inductor's benchmark configs on the device at a kernel's first
+    # call: a worker makes them hold the shared lane, never beside another worker's timing
+    import multiprocessing as mp
+
+    import triton.testing
+    from torch._inductor.runtime import benchmarking
+
+    from popcorn.bench import lane
+
+    seen = []
+    monkeypatch.setattr(triton.testing, "do_bench", lambda fn, **k: seen.append(lane.held) or 1.0)
+    previous = getattr(benchmarking, "_gpu_benchmark_lock_context", None)
+    mine, supervisor = mp.Pipe()
+    asked = []
+
+    def answer():
+        while True:
+            try:
+                message = supervisor.recv()
+            except EOFError:
+                return
+            asked.append(message)
+            if message[1] == SHARED:
+                supervisor.send("go")
+    threading.Thread(target=answer, daemon=True).start()
+    lane.connect(mine)
+    try:
+        lane.guard_autotuning()
+        assert triton.testing.do_bench(lambda: None) == 1.0 and seen == [SHARED]
+        with lane.hold(SHARED):  # inside a trial, the benchmark keeps the trial's hold
+            triton.testing.do_bench(lambda: None)
+        if hasattr(benchmarking, "set_gpu_benchmark_lock_context"):
+            with benchmarking.maybe_gpu_benchmark_lock():
+                seen.append(lane.held)
+        assert set(seen) == {SHARED}
+        holds = len(seen)  # the explicit hold asked once, the benchmark nested in it nothing
+        for _ in range(100):  # the last release may still be in the pipe
+            if len(asked) == 2 * holds:
+                break
+            threading.Event().wait(0.05)
+        assert asked.count(("lane", SHARED)) == asked.count(("lane", "release")) == holds
+    finally:
+        lane.connect(None)
+        if hasattr(benchmarking, "set_gpu_benchmark_lock_context"):
+            benchmarking.set_gpu_benchmark_lock_context(previous)
+        mine.close()
+        supervisor.close()
