@@ -45,6 +45,13 @@ telemetry:
 concurrency:
   pools:
     granularity: run  # a run waits in the queue, not as a process, until its pool has a slot
+  runs:
+    max_concurrent_runs: -1  # the gpu pool limits the fills (Dagster's default of 10 would cap a Slurm sweep)
+run_coordinator:
+  module: dagster.core.run_coordinator
+  class: QueuedRunCoordinator
+  config:
+    dequeue_interval_seconds: 1  # a freed GPU slot takes its next partition within a second, not five
 """
 
 

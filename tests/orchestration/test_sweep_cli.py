@@ -217,3 +217,14 @@ def test_fills_per_gpu_sizes_the_local_pool_and_is_checked(monkeypatch):
         monkeypatch.setenv("POPCORN_SWEEP_FILLS_PER_GPU", bad)
         with pytest.raises(ValueError, match="POPCORN_SWEEP_FILLS_PER_GPU"):
             execution.fills_per_gpu()
+
+
+def test_the_sweeps_instance_leaves_concurrency_to_the_gpu_pool(tmp_path, monkeypatch):
+    from orchestration import sweep
+
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    inst = sweep.instance()
+    coordinator = inst.run_coordinator
+    assert type(coordinator).__name__ == "QueuedRunCoordinator"
+    assert coordinator.dequeue_interval_seconds == 1  # a freed slot is filled within a second
+    assert inst.get_concurrency_config().run_queue_config.max_concurrent_runs == -1  # 48 Slurm GPUs, not 10
