@@ -35,15 +35,22 @@ class Gauge:
     scale: float = 1.0
 
     def update(self, mine: torch.Tensor, native: torch.Tensor, truth: torch.Tensor) -> None:
-        """Fold one trial's output in: the candidate's and the native reference's max error against the
-        fp64 truth, and the truth's largest finite magnitude. One device sync for the three: beside
-        other workers' trials every sync waits its turn on the device."""
+        """Fold one trial's output in (see :meth:`measure`)."""
+        _fold([(self, mine, native, truth)])
+
+    @staticmethod
+    def measure(mine: torch.Tensor, native: torch.Tensor, truth: torch.Tensor) -> torch.Tensor | None:
+        """On the device, without a sync: the candidate's and the native reference's max error against
+        the fp64 truth, and the truth's largest finite magnitude; None for an empty output."""
         if truth.numel() == 0:
-            return
+            return None
         truth = truth.detach().double()
         scale = torch.where(torch.isfinite(truth), truth.abs(), torch.zeros((), dtype=truth.dtype, device=truth.device))
-        err, budget, scale = torch.stack([_max_abs_diff(mine.detach().double(), truth),
-                                          _max_abs_diff(native.detach().double(), truth), scale.max()]).tolist()
+        return torch.stack([_max_abs_diff(mine.detach().double(), truth),
+                            _max_abs_diff(native.detach().double(), truth), scale.max()])
+
+    def fold(self, values: list[float]) -> None:
+        err, budget, scale = values
         self.err = max(self.err, _finite_or_inf(err))
         self.budget = max(self.budget, _finite_or_inf(budget))
         self.scale = max(self.scale, scale)
@@ -69,6 +76,20 @@ def _max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 def _finite_or_inf(value: float) -> float:
     return float("inf") if value != value else value
+
+
+def _fold(pending: list) -> None:
+    """Update each (gauge, mine, native, truth) with one device sync for all: beside other workers'
+    trials every sync waits its turn on the device."""
+    measured = [(g, v) for g, *outs in pending if (v := Gauge.measure(*outs)) is not None]
+    if not measured:
+        return
+    try:
+        values = torch.stack([v for _, v in measured]).tolist()
+    except RuntimeError:  # outputs on several devices
+        values = [v.tolist() for _, v in measured]
+    for (gauge, _), v in zip(measured, values):
+        gauge.fold(v)
 
 
 @dataclass
@@ -303,14 +324,18 @@ def _trial(ref: Truth, candidate: Callable, trial: int, trials: int, grad: bool,
     problem = _structure(mine, ref.budget, out_dtypes(mine_args) if out_dtypes else {})
     if problem:
         return FAIL, problem
-    for i, (m, n, t) in enumerate(zip(mine, ref.budget, ref.truth)):
-        if isinstance(t, torch.Tensor) and t.is_floating_point():
-            fwd.setdefault(f"out{i}", Gauge()).update(m, n, t)
-        elif isinstance(t, torch.Tensor):
-            if not torch.equal(m.cpu(), t.cpu()):
-                return FAIL, f"out{i}: integer output differs"
-        elif m != t:
-            return FAIL, f"out{i}: {m!r} != {t!r}"
+    pending: list = []  # gauges to update, one sync per trial's outputs (and one for its gradients)
+    try:
+        for i, (m, n, t) in enumerate(zip(mine, ref.budget, ref.truth)):
+            if isinstance(t, torch.Tensor) and t.is_floating_point():
+                pending.append((fwd.setdefault(f"out{i}", Gauge()), m, n, t))
+            elif isinstance(t, torch.Tensor):
+                if not torch.equal(m.cpu(), t.cpu()):
+                    return FAIL, f"out{i}: integer output differs"
+            elif m != t:
+                return FAIL, f"out{i}: {m!r} != {t!r}"
+    finally:
+        _fold(pending)
     if not grad:
         return None
     try:
@@ -323,19 +348,23 @@ def _trial(ref: Truth, candidate: Callable, trial: int, trials: int, grad: bool,
     except Exception as e:  # noqa: BLE001
         free_memory()
         return OOM if is_oom(e) else CRASH, f"backward: {describe(e)}"
-    for name, t in ref.g_truth.items():
-        m, n = g_mine.get(name), ref.g_budget.get(name)
-        if t is None:
-            if m is not None and m.abs().sum().item() != 0:
-                return FAIL, f"grad {name}: unexpected nonzero gradient"
-            continue
-        if m is None:
-            return FAIL, f"grad {name}: missing"
-        if tuple(m.shape) != tuple(t.shape):
-            return FAIL, f"grad {name}: shape {list(m.shape)}, the reference {list(t.shape)}"
-        if n is None:
-            return ERROR, f"grad {name}: the native reference gives none"
-        bwd.setdefault(name, Gauge()).update(m, n, t)
+    pending = []
+    try:
+        for name, t in ref.g_truth.items():
+            m, n = g_mine.get(name), ref.g_budget.get(name)
+            if t is None:
+                if m is not None and m.abs().sum().item() != 0:
+                    return FAIL, f"grad {name}: unexpected nonzero gradient"
+                continue
+            if m is None:
+                return FAIL, f"grad {name}: missing"
+            if tuple(m.shape) != tuple(t.shape):
+                return FAIL, f"grad {name}: shape {list(m.shape)}, the reference {list(t.shape)}"
+            if n is None:
+                return ERROR, f"grad {name}: the native reference gives none"
+            pending.append((bwd.setdefault(name, Gauge()), m, n, t))
+    finally:
+        _fold(pending)
     return None
 
 

@@ -194,3 +194,20 @@ def test_host_allocation_failures_are_oom():
                        "you tried to allocate 25769803776 bytes. Error code 12 (Cannot allocate memory)")
     assert is_oom(cpu) and is_oom(MemoryError()) and is_oom(torch.OutOfMemoryError("CUDA out of memory"))
     assert not is_oom(RuntimeError("shape mismatch"))
+
+
+def test_gauges_fold_a_trials_outputs_at_once_with_the_same_semantics():
+    from popcorn.bench.compare import _fold
+
+    inf, nan = float("inf"), float("nan")
+    truth = torch.tensor([1.0, -4.0, inf, nan], dtype=torch.float64)
+    native = torch.tensor([1.0, -4.5, inf, nan])  # equal infinities and NaN against NaN count as no error
+    exact, off, broken = Gauge(), Gauge(), Gauge()
+    _fold([(exact, truth.float(), native, truth), (off, torch.tensor([1.25, -4.0, inf, nan]), native, truth),
+           (broken, torch.tensor([nan, -4.0, inf, nan]), native, truth)])
+    assert (exact.err, exact.budget, exact.scale) == (0.0, 0.5, 4.0)  # scale: the largest finite magnitude
+    assert off.err == 0.25 and off.verdict(1e-3) is None  # within 2 * budget
+    assert broken.err == inf and broken.verdict(1e-3) == "err is non-finite"  # NaN where the truth is a number
+    empty = Gauge()
+    _fold([(empty, torch.empty(0), torch.empty(0), torch.empty(0, dtype=torch.float64))])
+    assert (empty.err, empty.budget, empty.scale) == (0.0, 0.0, 1.0)
