@@ -11,7 +11,8 @@
    each run's forward (and step) median to the first serial run's; parallel timings agree when their
    ratios spread no wider than the serial repeat's.
 
-Every fill writes to a fresh shard directory (nothing cached). Prints tables; ``--json`` keeps them.
+Every fill writes to a fresh shard directory (nothing cached). Prints tables, per backend the worker
+seconds per pair by phase too; ``--json`` keeps them. ``--mps`` runs every fill under CUDA MPS.
 """
 
 from __future__ import annotations
@@ -82,6 +83,34 @@ def spread(rs: list[float]) -> dict:
             "median_abs_log": round(statistics.median(logs), 4), "p90_abs_log": round(logs[max(0, math.ceil(0.9 * len(logs)) - 1)], 4)}
 
 
+MPS_DIRS = {"CUDA_MPS_PIPE_DIRECTORY": "/tmp/popcorn-mps/pipe", "CUDA_MPS_LOG_DIRECTORY": "/tmp/popcorn-mps/log"}
+
+
+def start_mps() -> bool:
+    """Start an MPS control daemon for this process and its workers (they inherit the pipe directory);
+    False, saying why, when the machine cannot run one or a CUDA client cannot reach it."""
+    import atexit
+    import subprocess
+
+    if shutil.which("nvidia-cuda-mps-control") is None:
+        print("--mps: nvidia-cuda-mps-control is not on PATH", file=sys.stderr)
+        return False
+    for d in MPS_DIRS.values():
+        Path(d).mkdir(parents=True, exist_ok=True)
+    os.environ.update(MPS_DIRS)
+    start = subprocess.run(["nvidia-cuda-mps-control", "-d"], capture_output=True, text=True)
+    atexit.register(lambda: subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", text=True,
+                                           capture_output=True))
+    probe = subprocess.run([sys.executable, "-c", "import torch; print(torch.ones(1, device='cuda').item())"],
+                           capture_output=True, text=True, timeout=120)
+    if start.returncode or probe.returncode:
+        print(f"--mps: the daemon did not serve a client (start {start.returncode}: {start.stderr.strip()}; "
+              f"client: {probe.stderr.strip()[-500:]})", file=sys.stderr)
+        return False
+    print("CUDA MPS daemon started for these fills", flush=True)
+    return True
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("ops", nargs="+")
@@ -94,7 +123,11 @@ def main() -> int:
                     "report what it measured: a device time limit then costs nothing")
     ap.add_argument("--json", type=Path, help="write the results here")
     ap.add_argument("--keep", type=Path, help="copy each run's shards here (DIR/<run>/<op>.jsonl): evidence to merge")
+    ap.add_argument("--mps", action="store_true", help="run the parallel fills under CUDA MPS (started here as "
+                    "root, stopped at the end): the workers' kernels share the device instead of time-slicing it")
     args = ap.parse_args()
+    if args.mps and not start_mps():
+        return 2
     root = Path(tempfile.mkdtemp(prefix="popcorn-throughput-"))
     runs: list[dict] = []
     agreement: dict = {}

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The wheels a GPU machine without network needs, for Python 3.12 on x86-64, in two carried folders:
+#   .whl/   liger-kernel, fla-core (the kernel libraries the fills measure)
+#   .whl2/  dagster and what it needs beyond the GPU image's packages, and deltalake unpacked and
+#           xz-compressed (its 52 MB wheel would not fit one call's 64 MiB beside the tree)
+# Usage: benchmarks/gpu_wheels.sh; then on the machine, with .whl and .whl2 carried:
+#   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl .whl2/*.whl &&
+#   tar -xJf .whl2/deltalake.tar.xz -C /tmp/site && export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH
+set -euo pipefail
+cd "$(dirname "$0")/.."
+grep -qx '/.whl/' .git/info/exclude 2>/dev/null || printf '/.whl/\n/.whl2/\n' >> .git/info/exclude
+get() {
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
+    --platform manylinux2014_x86_64 --platform any -d "$@"
+}
+mkdir -p .whl .whl2
+get .whl 'liger-kernel>=0.8,<0.9' 'fla-core>=0.6,<0.7'
+# dagster's closure less what the GPU image has (click, jinja2, requests, rich, pyyaml, grpcio's peers...)
+# (pinned as resolved together on 2026-12-04: pydantic and pydantic-core, grpcio and its health checking, must match)
+get .whl2 alembic==1.20.1 annotated-types==0.8.0 antlr4-python3-runtime==4.13.2 arro3-core==0.9.1 coloredlogs==14.0 \
+  dagster-pipes==1.13.28 dagster-shared==1.13.28 dagster==1.13.28 deprecated==3.0.1 docstring-parser==0.18.0 \
+  grpcio-health-checking==1.85.1 grpcio==1.85.3 humanfriendly==10.0 mako==1.4.3 pathlib-abc==0.5.2 \
+  platformdirs==4.14.9 protobuf==7.36.2 pydantic-core==2.50.5 pydantic==2.14.4 python-dotenv==1.2.4 pytz==2026.6 \
+  sqlalchemy==2.1.9 structlog==26.1.0 tomli==2.5.0 tomlkit==0.15.3 toposort==1.10 typing-inspection==0.4.5 \
+  tzdata==2026.6 universal-pathlib==0.3.10 watchdog==6.0.0
+if [ ! -f .whl2/deltalake.tar.xz ]; then
+  tmp=$(mktemp -d)
+  get "$tmp" 'deltalake>=1.6,<2'
+  (cd "$tmp" && mkdir x && cd x && unzip -q ../deltalake-*.whl && tar -cf - . | xz -T0 -9 > ../deltalake.tar.xz)
+  mv "$tmp/deltalake.tar.xz" .whl2/
+  rm -rf "$tmp"
+fi
+du -sh .whl .whl2
