@@ -1,21 +1,25 @@
 #!/usr/bin/env bash
 # The wheels a GPU machine without network needs, for Python 3.12 on x86-64, in two carried folders:
 #   .whl/   liger-kernel, fla-core (the kernel libraries the fills measure)
+#   .whl3/  nvidia-cudnn-frontend (the cudnn family; its CuTe DSL dependency is for other kernels, left out)
 #   .whl2/  dagster and what it needs beyond the GPU image's packages, and deltalake unpacked and
 #           xz-compressed (its 52 MB wheel would not fit one call's 64 MiB beside the tree)
+# .whl2 (50 MB) fits one call beside the tree and .whl, not beside .whl3 too: carry what the call needs.
 # Usage: benchmarks/gpu_wheels.sh; then on the machine, with .whl and .whl2 carried:
 #   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl .whl2/*.whl &&
 #   tar -xJf .whl2/deltalake.tar.xz -C /tmp/site && export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH
 set -euo pipefail
 cd "$(dirname "$0")/.."
-grep -qx '/.whl/' .git/info/exclude 2>/dev/null || printf '/.whl/\n/.whl2/\n' >> .git/info/exclude
+grep -qx '/.whl/' .git/info/exclude 2>/dev/null || printf '/.whl/\n/.whl2/\n/.whl3/\n' >> .git/info/exclude
+grep -qx '/.whl3/' .git/info/exclude || printf '/.whl3/\n' >> .git/info/exclude
 get() {
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
     --platform manylinux2014_x86_64 --platform any -d "$@"
 }
-mkdir -p .whl .whl2
+mkdir -p .whl .whl2 .whl3
 get .whl 'liger-kernel>=0.8,<0.9' 'fla-core>=0.6,<0.7'
+get .whl3 'nvidia-cudnn-frontend>=1.32,<2'
 # dagster's closure less what the GPU image has (click, jinja2, requests, rich, pyyaml, grpcio's peers...)
 # (pinned as resolved together on 2026-12-04: pydantic and pydantic-core, grpcio and its health checking, must match)
 get .whl2 alembic==1.20.1 annotated-types==0.8.0 antlr4-python3-runtime==4.13.2 arro3-core==0.9.1 coloredlogs==14.0 \
@@ -31,4 +35,4 @@ if [ ! -f .whl2/deltalake.tar.xz ]; then
   mv "$tmp/deltalake.tar.xz" .whl2/
   rm -rf "$tmp"
 fi
-du -sh .whl .whl2
+du -sh .whl .whl2 .whl3

@@ -73,6 +73,8 @@ BACKENDS: dict[str, Backend] = {
         Backend("liger", "liger-kernel", "liger_kernel", ">=0.8,<0.9", "liger"),
         Backend("fla", "fla-core", "fla", ">=0.6,<0.7", "fla"),  # flash-linear-attention's kernels
         Backend("quack", "quack-kernels", "quack", ">=0.6,<0.7", "quack"),
+        # cuDNN's graph API through its frontend: norms as torch custom ops with autograd (cudnn.ops.norm)
+        Backend("cudnn", "nvidia-cudnn-frontend", "cudnn", ">=1.32,<2", "cudnn"),
         Backend("unsloth", "unsloth", "unsloth", ">=2026.3", "unsloth"),
     )
 }

@@ -1,4 +1,4 @@
-"""Library adapters (liger, fla, quack) on the CPU: what they admit (gates, predicates), and that without
+"""Library adapters (liger, fla, quack, cudnn) on the CPU: what they admit (gates, predicates), and that without
 the libraries every op still dispatches, never importing them. Their values are checked by the
 conformance test on a GPU, and liger's and fla's by test_library_interpreter in Triton's interpreter."""
 
@@ -18,6 +18,7 @@ COVERS = {
     "fla": ["add_rms_norm", "attn", "attn_varlen", "cross_entropy", "group_norm", "l2_norm", "layer_norm",
             "linear_cross_entropy", "logsumexp", "rms_norm", "softmax", "swiglu", "swish"],
     "quack": ["add_rms_norm", "cross_entropy", "rms_norm", "softmax"],
+    "cudnn": ["layer_norm", "rms_norm"],
 }
 PAIRS = [(lib, name) for lib, names in COVERS.items() for name in names]
 
@@ -59,7 +60,7 @@ def test_forcing_a_missing_library_names_the_extra():
 # (the dev install brings liger and fla for the interpreter tests)
 WITHOUT_LIBRARIES = """
 import importlib.metadata, importlib.util, sys
-HIDDEN = {"liger_kernel", "fla", "quack", "liger-kernel", "fla-core", "quack-kernels"}
+HIDDEN = {"liger_kernel", "fla", "quack", "cudnn", "liger-kernel", "fla-core", "quack-kernels", "nvidia-cudnn-frontend"}
 _version, _find_spec = importlib.metadata.version, importlib.util.find_spec
 def version(dist):
     if dist in HIDDEN:
@@ -83,8 +84,8 @@ def test_without_the_libraries_every_op_dispatches_and_none_is_imported():
             "rms_norm(x, torch.ones(8)).sum().backward()\n"
             "softmax(x); swiglu(x, x)\n"
             "cross_entropy(torch.randn(4, 7), torch.tensor([0, 1, 2, 3]))\n"
-            "assert not {'liger_kernel', 'fla', 'quack'} & set(sys.modules), 'a library was imported'\n"
-            "assert all(not {'liger', 'fla', 'quack'} & set(op.available_backends()) for op in OPS.values())\n")
+            "assert not {'liger_kernel', 'fla', 'quack', 'cudnn'} & set(sys.modules), 'a library was imported'\n"
+            "assert all(not {'liger', 'fla', 'quack', 'cudnn'} & set(op.available_backends()) for op in OPS.values())\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
 
@@ -102,13 +103,15 @@ def test_out_of_gate_dtypes_and_values_are_refused_at_plan_time():
                ("group_norm", "liger", "float16", {}), ("logsumexp", "fla", "float64", {}),
                ("softmax", "fla", "float64", {}), ("attn", "fla", "float32", {"is_causal": True}),
                ("attn", "fla", "bfloat16", {"is_causal": False}), ("attn_varlen", "fla", "bfloat16", {"causal": False}),
-               ("cross_entropy", "quack", "bfloat16", {"label_smoothing": 0.1}), ("rms_norm", "quack", "float64", {})]
+               ("cross_entropy", "quack", "bfloat16", {"label_smoothing": 0.1}), ("rms_norm", "quack", "float64", {}),
+               ("rms_norm", "cudnn", "float64", {}), ("layer_norm", "cudnn", "float64", {})]
     for name, lib, dtype, args in refused:
         assert OPS[name][lib].admits_static(dtype, args, ()) is False, (name, lib, dtype, args)
     admitted = [("jsd", "liger", "bfloat16", {}), ("linear_cross_entropy", "fla", "bfloat16", {"reduction": "sum"}),
                 ("group_norm", "liger", "bfloat16", {}), ("attn", "fla", "float16", {"is_causal": True}),
                 ("attn_varlen", "fla", "bfloat16", {"causal": True}),
-                ("cross_entropy", "quack", "bfloat16", {"label_smoothing": 0.0})]
+                ("cross_entropy", "quack", "bfloat16", {"label_smoothing": 0.0}),
+                ("rms_norm", "cudnn", "float32", {}), ("layer_norm", "cudnn", "bfloat16", {})]
     for name, lib, dtype, args in admitted:
         assert OPS[name][lib].admits_static(dtype, args, ()) is True, (name, lib, dtype, args)
 
@@ -221,6 +224,19 @@ def test_quack_needs_hopper_and_whole_vectors(cuda, monkeypatch):
     assert OPS["add_rms_norm"]["quack"].predicate is rms
     monkeypatch.setattr(devices, "_capability", lambda index: (8, 0))
     assert softmax(x=row) is False  # an A100: quack's kernels are built for Hopper and newer
+
+
+def test_cudnn_norms_take_the_parameter_dtypes_its_graphs_do(cuda):
+    meta = dict(device="meta")
+    rms, layer = OPS["rms_norm"]["cudnn"].predicate, OPS["layer_norm"]["cudnn"].predicate
+    x = torch.empty(4, 4096, dtype=torch.bfloat16, **meta)
+    same, fp32 = torch.empty(4096, dtype=torch.bfloat16, **meta), torch.empty(4096, **meta)
+    assert rms(x=x, weight=same) is True
+    assert rms(x=x, weight=fp32) is False  # one I/O type per rms_norm graph
+    assert layer(x=x, weight=fp32, bias=fp32) is True  # fp32 parameters beside a half-precision input
+    assert layer(x=x, weight=same, bias=None) is True
+    assert layer(x=x, weight=same, bias=fp32) is False  # weight and bias of one dtype
+    assert layer(x=torch.empty(4, 4096, **meta), weight=same, bias=None) is False  # bf16 weight, fp32 input
 
 
 def test_dense_copies_only_what_vectorized_loads_cannot_read():

@@ -2,8 +2,9 @@
 
 import torch
 
-from popcorn.core import Float, register_kernel
+from popcorn.core import HALF, Float, dtypes, register_kernel
 from popcorn.core.numerics import upcast
+from popcorn.core import devices
 from popcorn.core.devices import on_cuda_rows
 
 
@@ -35,3 +36,17 @@ layer_norm.register("liger", source="popcorn.kernels.layer_norm.liger:layer_norm
                     predicate=on_cuda_rows("x", max_elements=65536))  # a row in one Triton block: 64K elements
 layer_norm.register("fla", source="popcorn.kernels.layer_norm.fla:layer_norm",
                     predicate=on_cuda_rows("x", max_bytes=65536))  # a row in one Triton block: 64 KB
+
+
+def cudnn_fits(**arguments) -> bool:
+    """On CUDA with weight and bias of one dtype, x's (or fp32 beside a half-precision x): what cuDNN's
+    layer norm graph takes."""
+    if not devices.on_cuda(**arguments):
+        return False
+    x, weight, bias = arguments["x"], arguments["weight"], arguments.get("bias")
+    allowed = {x.dtype, torch.float32} if x.dtype in HALF else {x.dtype}
+    return weight.dtype in allowed and (bias is None or bias.dtype == weight.dtype)
+
+
+layer_norm.register("cudnn", source="popcorn.kernels.layer_norm.cudnn:layer_norm", predicate=cudnn_fits,
+                    gates={"x": dtypes(*HALF, torch.float32)})

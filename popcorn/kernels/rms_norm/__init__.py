@@ -4,6 +4,7 @@ import torch
 
 from popcorn.core import HALF, Float, dtypes, register_kernel
 from popcorn.core.numerics import upcast
+from popcorn.core import devices
 from popcorn.core.devices import on_cuda_rows, on_sm90
 
 
@@ -40,4 +41,13 @@ def quack_fits(**arguments) -> bool:
 
 
 rms_norm.register("quack", source="popcorn.kernels.rms_norm.quack:rms_norm", predicate=quack_fits,
+                  gates={"x": dtypes(*HALF, torch.float32)})
+
+
+def cudnn_fits(**arguments) -> bool:
+    """On CUDA with the weight in x's dtype (cuDNN's graph takes one I/O type)."""
+    return devices.on_cuda(**arguments) and arguments["weight"].dtype == arguments["x"].dtype
+
+
+rms_norm.register("cudnn", source="popcorn.kernels.rms_norm.cudnn:rms_norm", predicate=cudnn_fits,
                   gates={"x": dtypes(*HALF, torch.float32)})
