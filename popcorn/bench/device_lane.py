@@ -49,14 +49,44 @@ def device_key(device: torch.device) -> str:
         return f"cuda-{visible[index] if index < len(visible) and visible[index] else index}"
 
 
+def _shared_dir(directory: Path) -> Path:
+    """``directory``, made if missing as a shared one (sticky and world-writable, like /tmp): fills of
+    several users on one machine share a device."""
+    if not directory.exists():
+        directory.mkdir(parents=True, exist_ok=True)
+        try:
+            directory.chmod(0o1777)
+        except OSError:
+            pass  # made by another user meanwhile, or a file system without modes
+    return directory
+
+
+def _open_shared(path: Path, write: bool = False):
+    """``path`` opened for flock, made readable and writable by every user when this process creates it.
+    A lock needs no write access, so a lock file another user made opens read-only; the memory ledger
+    does need it."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            os.fchmod(fd, 0o666)  # the umask would keep other users out
+        except OSError:
+            pass
+        return os.fdopen(fd, "r+")
+    except PermissionError:
+        if write:
+            raise PermissionError(f"{path} is not writable by this user: fills that share a device need a "
+                                  "lane directory they can all write; set POPCORN_LANE_DIR to one") from None
+        return open(path)  # noqa: SIM115
+
+
 class DeviceLane:
     """One process's side of a device's lanes: :meth:`take` a lane, :meth:`release` it."""
 
     def __init__(self, directory: Path, key: str):
-        directory.mkdir(parents=True, exist_ok=True)
+        directory = _shared_dir(directory)
         self.key = key
-        self._lane = open(directory / f"{key}.lane", "a")  # noqa: SIM115 - held for the process's life
-        self._gate = open(directory / f"{key}.gate", "a")  # noqa: SIM115
+        self._lane = _open_shared(directory / f"{key}.lane")  # held for the process's life
+        self._gate = _open_shared(directory / f"{key}.gate")
         self.held: str | None = None
 
     def take(self, kind: str) -> None:
@@ -110,8 +140,7 @@ class DeviceMemory:
     POLL_S = 0.05
 
     def __init__(self, directory: Path, key: str):
-        directory.mkdir(parents=True, exist_ok=True)
-        self.path = directory / f"{key}.mem"
+        self.path = _shared_dir(directory) / f"{key}.mem"
 
     def reserve(self, name: str, nbytes: int, capacity: int, closed=lambda: False) -> bool:
         """Block until ``nbytes`` (at most ``capacity`` in all) are ``name``'s; False when ``closed()``
@@ -141,7 +170,7 @@ class DeviceMemory:
 
     @contextlib.contextmanager
     def _ledger(self):
-        with open(self.path, "a+") as f:
+        with _open_shared(self.path, write=True) as f:
             fcntl.flock(f, fcntl.LOCK_EX)
             f.seek(0)
             text = f.read()

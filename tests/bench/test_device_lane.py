@@ -206,3 +206,12 @@ def test_autotuners_benchmark_in_the_shared_lane(monkeypatch):
             benchmarking.set_gpu_benchmark_lock_context(previous)
         mine.close()
         supervisor.close()
+
+
+def test_lane_files_are_shared_by_every_user_of_the_machine(tmp_path):
+    directory = tmp_path / "lanes"
+    DeviceLane(directory, "gpu").close()
+    DeviceMemory(directory, "gpu").held()
+    assert directory.stat().st_mode & 0o1777 == 0o1777  # sticky and world-writable, like /tmp
+    for name in ("gpu.lane", "gpu.gate", "gpu.mem"):
+        assert (directory / name).stat().st_mode & 0o666 == 0o666, name  # whatever the umask
