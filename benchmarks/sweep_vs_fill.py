@@ -136,11 +136,18 @@ def main() -> int:
     ap.add_argument("--sweep-seconds", type=float, default=300)
     ap.add_argument("--fill-seconds", type=float, default=120, help="0: no fill")
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--work", type=Path, help="keep the Dagster instance, store and shards here (default: a "
+                    "fresh temporary folder): on a machine kept warm, the next call can `popcorn sweep resume` "
+                    "with DAGSTER_HOME=WORK/home POPCORN_STORE=WORK/store")
     args = ap.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="popcorn-sweep-vs-fill-"))
+    work = args.work or Path(tempfile.mkdtemp(prefix="popcorn-sweep-vs-fill-"))
+    if args.work and (work / "home").exists():
+        ap.error(f"--work {work} already holds a sweep: resume it with `popcorn sweep resume` "
+                 f"(DAGSTER_HOME={work / 'home'}), or name an empty folder")
+    work.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "DAGSTER_HOME": str(work / "home"), "POPCORN_STORE": str(work / "store"),
            "POPCORN_CACHE_DIR": str(work / "cache"), "POPCORN_SWEEP_FILLS_PER_GPU": str(args.fills_per_gpu)}
-    (work / "home").mkdir()
+    (work / "home").mkdir(exist_ok=True)
     result = {"ops": args.ops, "curves_only": args.curves_only, "strata": args.strata,
               "fills_per_gpu": args.fills_per_gpu, "sweep": sweep(args, work, env)}
     if args.fill_seconds:
