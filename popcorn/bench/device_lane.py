@@ -150,7 +150,8 @@ class DeviceMemory:
         while True:
             with self._ledger() as book:
                 first = book["waiting"][0][1] if book["waiting"] else None
-                if first == name and sum(book["held"].values()) + nbytes <= capacity:
+                others = sum(b for k, b in book["held"].items() if k != name)  # a re-reservation replaces its own
+                if first == name and others + nbytes <= capacity:
                     book["waiting"].pop(0)
                     book["held"][name] = nbytes
                     return True

@@ -124,6 +124,9 @@ def test_memory_is_granted_in_the_order_asked_and_only_where_it_fits(tmp_path):
     assert memory.held() == {f"{pid}-1": 50, f"{pid}-2": 10}
     assert not memory.reserve(f"{pid}-3", 90, 100, closed=lambda: True)  # a stopping fill reserves nothing
     assert f"{pid}-3" not in memory.held()
+    memory.release(f"{pid}-2")
+    solo = reserving(memory, f"{pid}-1", 100)  # an OOM retried alone: the case's own reservation grows
+    assert solo.wait(10) and memory.held() == {f"{pid}-1": 100}
 
 
 def test_a_dead_process_holds_no_memory(tmp_path):
