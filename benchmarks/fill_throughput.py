@@ -74,6 +74,19 @@ def ratios(base: dict, other: dict, column: str) -> list[float]:
     return out
 
 
+def furthest(a: dict, b: dict, p: dict, column: str, n: int = 8) -> list[str]:
+    """The ``n`` pairs whose parallel ``column`` is furthest (in log) from serial run A's, with run B's beside."""
+    rows = []
+    for key, r in a.items():
+        rb, rp = b.get(key), p.get(key)
+        va, vb, vp = (getattr(x, column, None) if x is not None else None for x in (r, rb, rp))
+        if va and vb and vp:
+            rows.append((abs(math.log(vp / va)), r, va, vb, vp, rp.timer))
+    rows.sort(key=lambda t: -t[0])
+    return [f"{r.op} {r.impl} {r.case[:48]:<48} {r.timer}/{timer}  serial {va:.5f} {vb:.5f}  parallel {vp:.5f} "
+            f"({vp / va:.3f}x)" for _, r, va, vb, vp, timer in rows[:n]]
+
+
 def spread(rs: list[float]) -> dict:
     if not rs:
         return {"n": 0}
@@ -170,6 +183,9 @@ def main() -> int:
                 # deviation a second serial run shows for most pairs (floor: 2%)
                 ok = par["median_abs_log"] <= max(rep["p90_abs_log"], 0.02)
                 print(f"  parallel agrees with serial within the run-to-run spread: {'yes' if ok else 'NO'}", flush=True)
+        print("\nforward times furthest apart, parallel against serial (ms; what the disagreement is made of):")
+        for line in furthest(a["rows"], b["rows"], p["rows"], "fwd_ms"):
+            print("  " + line, flush=True)
     if not args.skip_throughput:
         stop = threading.Timer(args.seconds or math.inf, os.kill, (os.getpid(), signal.SIGINT))
         stop.daemon = True
