@@ -5,7 +5,8 @@
 A serial fill leaves the GPU idle while its host compiles; a parallel fill keeps it busy with other
 workers' trials. Latency-bound calls (a few microseconds) timed by graph replay came out up to 20%
 faster in parallel fills on an H200. For a tiny and a large call, graph-replay medians and the SM
-clock NVML reports, after IDLE_S idle and right after a second of busy device work. Prints a table.
+clock NVML reports, after IDLE_S idle and right after a second of busy device work; then the tiny call
+with 16, 112 and 1008 calls per graph replay, and beside 12 idle CUDA contexts. Prints tables.
 """
 
 from __future__ import annotations
@@ -65,7 +66,37 @@ def main() -> int:
                   f"{q20 * 1e3:>6.2f}-{q80 * 1e3:<6.2f}", flush=True)
         graph.reset()
     print(f"max SM clock: {clocks()[1] if clocks() else 'unknown (no NVML)'} MHz")
+    suspects(timer)
     return 0
+
+
+def suspects(timer: CudaTimer) -> None:
+    """The tiny call again under the two other differences between a serial and a parallel fill: how
+    many calls one replay makes (sized from an estimate taken beside other workers' trials, which
+    reads high), and other processes holding CUDA contexts on the device while it times."""
+    import subprocess
+
+    xs = [torch.randn(4096, 64, device="cuda", dtype=torch.float16) for _ in range(16)]
+    fns = [lambda x=x: x.mul(1.0001) for x in xs]
+    print(f"\n{'tiny call, variant':<44} {'median us':>10} {'q20-q80 us':>14}")
+    for calls in (16, 112, 1008):  # est so that capture() unrolls this many calls
+        graph = timer.capture(fns, 1.0 / calls)
+        med, q20, q80 = quantiles(timer.replay(graph, 1.0 / calls))
+        graph.reset()
+        print(f"{f'{graph.calls} calls per replay':<44} {med * 1e3:>10.2f} {q20 * 1e3:>6.2f}-{q80 * 1e3:<6.2f}", flush=True)
+    idle = [subprocess.Popen([sys.executable, "-c", "import torch, time; torch.ones(1, device='cuda'); "
+                              "print('ready', flush=True); time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+            for _ in range(12)]
+    try:
+        for proc in idle:
+            proc.stdout.readline()
+        graph = timer.capture(fns, 1.0 / 112)
+        med, q20, q80 = quantiles(timer.replay(graph, 1.0 / 112))
+        graph.reset()
+        print(f"{'112 calls, 12 idle CUDA contexts beside':<44} {med * 1e3:>10.2f} {q20 * 1e3:>6.2f}-{q80 * 1e3:<6.2f}")
+    finally:
+        for proc in idle:
+            proc.kill()
 
 
 if __name__ == "__main__":
