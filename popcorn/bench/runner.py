@@ -101,7 +101,9 @@ class _Runner:
         self.groups = self.begin(tasks)
         self.stop = threading.Event()
         self.error: BaseException | None = None
-        self.arbiter = Arbiter(*_device_memory(tasks, workers)) if workers > 1 else None
+        memory, ledger = _device_memory(tasks, workers)
+        # a serial fill arbitrates too where other fills may share its device: its cases go in the ledger
+        self.arbiter = Arbiter(memory, ledger) if workers > 1 or ledger is not None else None
         self.slots = [Slot(self, i) for i in range(workers)]
         self.threads: list[threading.Thread] = []
 

@@ -218,3 +218,28 @@ def test_lane_files_are_shared_by_every_user_of_the_machine(tmp_path):
     assert directory.stat().st_mode & 0o1777 == 0o1777  # sticky and world-writable, like /tmp
     for name in ("gpu.lane", "gpu.gate", "gpu.mem"):
         assert (directory / name).stat().st_mode & 0o666 == 0o666, name  # whatever the umask
+
+
+def test_a_serial_fill_reserves_its_cases_in_a_shared_devices_ledger(tmp_path, monkeypatch):
+    # on a device other fills may share, even a one-worker fill puts each case in the ledger (on CPU no
+    # device is shared: the ledger is handed in here)
+    from popcorn.bench import runner
+    from popcorn.bench.fill import fill
+
+    from . import fill_ops
+
+    class Spy(DeviceMemory):
+        asked: list = []
+
+        def reserve(self, name, nbytes, capacity, closed=lambda: False):
+            self.asked.append(name)
+            return super().reserve(name, nbytes, capacity, closed)
+    ledger = Spy(tmp_path / "lanes", "cpu")
+    monkeypatch.setattr(runner, "_device_memory", lambda tasks, workers: (2**40, ledger))
+    monkeypatch.setenv("POPCORN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("POPCORN_BENCH_TARGET_MS", "2")
+    monkeypatch.setenv("TOY_LANE_LOG", str(tmp_path / "lanes.log"))
+    summary = fill([fill_ops.toy_scale], backends=["toy:lanes"], slice_spec=fill_ops.SLICE, device="cpu", trials=1,
+                   workers=1, limit=2)
+    assert summary.measured == 4 and len(Spy.asked) == 2  # one reservation per case, the case's two backends
+    assert ledger.held() == {}  # each given back
