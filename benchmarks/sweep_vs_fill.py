@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import calendar
+import contextlib
 import json
 import os
 import signal
@@ -31,6 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from orchestration import supervisor  # noqa: E402 - stdlib alone at import
 from popcorn.bench import store  # noqa: E402
 
 
@@ -97,8 +99,12 @@ def sweep(args, work: Path, env: dict) -> dict:
         res = subprocess.run([sys.executable, "-m", "popcorn.cli", "bench", "check", "--release"], env=env, cwd=ROOT,
                              capture_output=True, text=True, timeout=300)
         check = {"returncode": res.returncode, "output": res.stdout[-6000:] + res.stderr[-2000:]}
-    # the supervisor (and its daemon) outlive the watch: stop them with the sweep's fills
-    subprocess.run(["pkill", "-INT", "-f", "orchestration.supervisor"], check=False)
+    # this instance's supervisor (and its daemon) outlive the watch: stop them with the sweep's fills
+    state = supervisor.state_dir(work / "home") / "supervisor.json"
+    pid = json.loads(state.read_text()).get("pid") if state.exists() else None
+    if pid:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGINT)
     return {"ended": ended, "returncode": proc.returncode, "wall_s": round(wall, 1), "pairs": len(rows),
             "pairs_per_min": round(len(rows) / (wall / 60), 1), "by_status": by_status(rows),
             "partitions_with_a_fill": len(done), "status": status[-3000:], "release_check": check}

@@ -34,10 +34,6 @@ class Gauge:
     budget: float = 0.0
     scale: float = 1.0
 
-    def update(self, mine: torch.Tensor, native: torch.Tensor, truth: torch.Tensor) -> None:
-        """Fold one trial's output in (see :meth:`measure`)."""
-        _fold([(self, mine, native, truth)])
-
     @staticmethod
     def measure(mine: torch.Tensor, native: torch.Tensor, truth: torch.Tensor) -> torch.Tensor | None:
         """On the device, without a sync: the candidate's and the native reference's max error against

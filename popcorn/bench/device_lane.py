@@ -67,10 +67,11 @@ def _open_shared(path: Path, write: bool = False):
     does need it."""
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-        try:
-            os.fchmod(fd, 0o666)  # the umask would keep other users out
-        except OSError:
-            pass
+        if os.fstat(fd).st_mode & 0o666 != 0o666:
+            try:
+                os.fchmod(fd, 0o666)  # the umask kept other users out
+            except OSError:
+                pass  # another user's file, writable by us already
         return os.fdopen(fd, "r+")
     except PermissionError:
         if write:
@@ -146,24 +147,24 @@ class DeviceMemory:
         """Block until ``nbytes`` (at most ``capacity`` in all) are ``name``'s; False when ``closed()``
         turned true first (the fill is stopping: nothing reserved)."""
         with self._ledger() as book:
-            book["waiting"].append([time.time(), name, nbytes])
+            book["waiting"].append(name)
         while True:
             with self._ledger() as book:
-                first = book["waiting"][0][1] if book["waiting"] else None
+                first = book["waiting"][0] if book["waiting"] else None
                 others = sum(b for k, b in book["held"].items() if k != name)  # a re-reservation replaces its own
                 if first == name and others + nbytes <= capacity:
                     book["waiting"].pop(0)
                     book["held"][name] = nbytes
                     return True
                 if closed():
-                    book["waiting"] = [w for w in book["waiting"] if w[1] != name]
+                    book["waiting"].remove(name)
                     return False
             time.sleep(self.POLL_S)
 
     def release(self, name: str) -> None:
         with self._ledger() as book:
             book["held"].pop(name, None)
-            book["waiting"] = [w for w in book["waiting"] if w[1] != name]
+            book["waiting"] = [w for w in book["waiting"] if w != name]
 
     def held(self) -> dict[str, int]:
         with self._ledger() as book:
@@ -178,7 +179,7 @@ class DeviceMemory:
             book = json.loads(text) if text.strip() else {"held": {}, "waiting": []}
             before = json.dumps(book, sort_keys=True)
             book["held"] = {k: v for k, v in book["held"].items() if _alive(k)}
-            book["waiting"] = [w for w in book["waiting"] if _alive(w[1])]
+            book["waiting"] = [w for w in book["waiting"] if isinstance(w, str) and _alive(w)]
             yield book
             if json.dumps(book, sort_keys=True) != before:
                 f.seek(0)

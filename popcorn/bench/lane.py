@@ -84,29 +84,30 @@ def guard_autotuning() -> None:
     try:
         import triton.testing
     except ImportError:
-        triton = None
-    if triton is not None and not getattr(triton.testing.do_bench, "popcorn_lane", False):
-        bench = triton.testing.do_bench
-
-        def do_bench(*args, **kwargs):
-            with hold(SHARED):
-                return bench(*args, **kwargs)
-        do_bench.popcorn_lane = True
-        triton.testing.do_bench = do_bench  # the Autotuner asks the driver, which imports it at each call
+        pass
+    else:  # the Autotuner asks the driver for do_bench, which imports it at each call
+        _in_shared_lane(triton.testing, "do_bench")
     try:
         from torch._inductor.runtime import benchmarking
     except ImportError:
         return
     if hasattr(benchmarking, "set_gpu_benchmark_lock_context"):  # torch 2.13 and later
         benchmarking.set_gpu_benchmark_lock_context(lambda: hold(SHARED))
-    elif not getattr(benchmarking.benchmarker.benchmark_gpu, "popcorn_lane", False):
-        gpu = benchmarking.benchmarker.benchmark_gpu
+    else:
+        _in_shared_lane(benchmarking.benchmarker, "benchmark_gpu")
 
-        def benchmark_gpu(*args, **kwargs):
-            with hold(SHARED):
-                return gpu(*args, **kwargs)
-        benchmark_gpu.popcorn_lane = True
-        benchmarking.benchmarker.benchmark_gpu = benchmark_gpu
+
+def _in_shared_lane(owner, name: str) -> None:
+    """Replace ``owner.name`` by a function that calls it holding the shared lane (once)."""
+    fn = getattr(owner, name)
+    if getattr(fn, "popcorn_lane", False):
+        return
+
+    def shared(*args, **kwargs):
+        with hold(SHARED):
+            return fn(*args, **kwargs)
+    shared.popcorn_lane = True
+    setattr(owner, name, shared)
 
 
 def take_clock() -> dict[str, float]:

@@ -263,14 +263,6 @@ class CudaTimer:
             return [s.elapsed_time(e) / per_graph for s, e in zip(starts, ends)]
         return sampled(batch, replays)
 
-    def graph(self, calls: list[Callable], est_ms: float) -> list[float]:
-        """Capture and replay in one go (per-call milliseconds, one sample per replay)."""
-        g = self.capture(calls, est_ms)
-        try:
-            return self.replay(g, est_ms)
-        finally:
-            g.reset()
-
     def copies(self, arguments: dict) -> int:
         """How many input copies a graph rotates through so one round moves 3x the L2."""
         nbytes = sum(v.numel() * v.element_size() for v in arguments.values() if isinstance(v, torch.Tensor))
@@ -351,7 +343,7 @@ def _cuda_samples(timer: CudaTimer, step: Step, fn, arguments: dict, grad: bool)
         if grad:
             timer.warm(step.step)
             timer.warm(call, setup)
-        rough = timer._estimate(step.forward)  # beside others' work: decides only whether to capture
+        rough = timer._estimate(step.forward)  # beside others' work: whether to capture, and graph sizes
         if rough < 2 * GRAPH_BELOW_MS:
             try:
                 steps = [Step(fn, arguments, grad) for _ in range(timer.copies(arguments))]
