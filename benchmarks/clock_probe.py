@@ -6,11 +6,14 @@ A serial fill leaves the GPU idle while its host compiles; a parallel fill keeps
 workers' trials. Latency-bound calls (a few microseconds) timed by graph replay came out up to 20%
 faster in parallel fills on an H200. For a tiny and a large call, graph-replay medians and the SM
 clock NVML reports, after IDLE_S idle and right after a second of busy device work; then the tiny call
-with 16, 112 and 1008 calls per graph replay, and beside 12 idle CUDA contexts. Prints tables.
+with 16, 112 and 1008 calls per graph replay, and beside 12 idle CUDA contexts; how long the clock
+takes to recover after busy work; and graph replays beside 0-12 idle CUDA contexts, with a
+``timing.prime`` check (``--contexts``: that table alone). Prints tables.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from pathlib import Path
@@ -19,7 +22,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from popcorn.bench.timing import CudaTimer, quantiles  # noqa: E402
+from popcorn.bench.timing import CudaTimer, prime, quantiles  # noqa: E402
 
 IDLE_S = 3.0
 
@@ -46,7 +49,13 @@ def busy(seconds: float) -> None:
 
 
 def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--contexts", action="store_true", help="only the table of calls beside idle CUDA contexts")
+    args = ap.parse_args()
     timer = CudaTimer(torch.device("cuda"))
+    if args.contexts:
+        beside_contexts(timer)
+        return 0
     calls = {"tiny (4096x64 fp16 mul)": [torch.randn(4096, 64, device="cuda", dtype=torch.float16) for _ in range(8)],
              "large (8192x8192 fp32 mul)": [torch.randn(8192, 8192, device="cuda") for _ in range(2)]}
     print(f"{'call':<28} {'state':<16} {'clock MHz':>10} {'median us':>10} {'q20-q80 us':>14}")
@@ -67,7 +76,78 @@ def main() -> int:
         graph.reset()
     print(f"max SM clock: {clocks()[1] if clocks() else 'unknown (no NVML)'} MHz")
     suspects(timer)
+    recovery(timer)
+    beside_contexts(timer)
     return 0
+
+
+def beside_contexts(timer: CudaTimer) -> None:
+    """A tiny (1-2 us) and a medium (about 20 us) call by graph replay beside 0-12 other processes that
+    hold a CUDA context and do nothing: what a parallel fill's timing lane has around it, and a training
+    process does not."""
+    import subprocess
+
+    calls = {"tiny": [torch.randn(4096, 64, device="cuda", dtype=torch.float16) for _ in range(16)],
+             "medium": [torch.randn(4096, 4096, device="cuda", dtype=torch.float16) for _ in range(4)]}
+    graphs = {}
+    for name, xs in calls.items():
+        fns = [lambda x=x: x.mul(1.0001) for x in xs]
+        est = timer._estimate(fns[0])
+        graphs[name] = (timer.capture(fns, est), est)
+    print(f"\n{'graph replay beside idle contexts':<44} {'tiny us':>10} {'medium us':>10}")
+
+    def row(label: str) -> None:
+        meds = [quantiles(timer.replay(g, est))[0] * 1e3 for g, est in graphs.values()]
+        print(f"{label:<44} {meds[0]:>10.2f} {meds[1]:>10.2f}", flush=True)
+
+    idle: list = []
+    try:
+        row("this context alone")
+        time.sleep(5.0)
+        row("alone, 5 s later")
+        row(f"alone, after timing.prime ({'ran' if prime(torch.device('cuda')) else 'FAILED'})")
+        for n in (0, 1, 2, 4, 12, 0):
+            while len(idle) < n:
+                idle.append(subprocess.Popen([sys.executable, "-c", "import torch, time; torch.ones(1, device='cuda'); "
+                                              "print('ready', flush=True); time.sleep(120)"],
+                                             stdout=subprocess.PIPE, text=True))
+                idle[-1].stdout.readline()
+            while len(idle) > n:
+                idle.pop().kill()
+            time.sleep(0.5)
+            row(f"{n} idle contexts")
+    finally:
+        for proc in idle:
+            proc.kill()
+        for g, _ in graphs.values():
+            g.reset()
+
+
+def recovery(timer: CudaTimer) -> None:
+    """How long the clock takes to come back after busy work: one replay of the tiny call (about 0.2 ms,
+    too short to warm anything) after a second of matmuls and then DELAY ms idle, five times each. The
+    delay after which it times as after a long idle is the settle a timed hold needs."""
+    xs = [torch.randn(4096, 64, device="cuda", dtype=torch.float16) for _ in range(16)]
+    fns = [lambda x=x: x.mul(1.0001) for x in xs]
+    graph = timer.capture(fns, 1.0 / 112)
+    print(f"\n{'tiny call after 1 s busy, then idle':<44} {'clock MHz':>10} {'median us':>10} {'min-max us':>14}")
+    for delay_ms in (0, 1, 3, 10, 30, 100, 300, 1000):
+        per_call, mhz = [], []
+        for _ in range(5):
+            busy(1.0)
+            time.sleep(delay_ms / 1e3)
+            clock = clocks()
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            graph.graph.replay()
+            e.record()
+            torch.cuda.synchronize()
+            per_call.append(s.elapsed_time(e) / graph.calls * 1e3)
+            mhz.append(clock[0] if clock else 0)
+        med = sorted(per_call)[2]
+        print(f"{f'{delay_ms} ms idle':<44} {sorted(mhz)[2]:>10} {med:>10.2f} {min(per_call):>6.2f}-{max(per_call):<6.2f}",
+              flush=True)
+    graph.reset()
 
 
 def suspects(timer: CudaTimer) -> None:

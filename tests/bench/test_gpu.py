@@ -64,3 +64,12 @@ def test_a_host_stall_inside_a_call_is_not_timed():
     plain = quantiles(timer.events(lambda: call(0.0)))[0]
     stalled = quantiles(timer.events(lambda: call(0.0001)))[0]  # 0.1 ms per call, beside a ~0.01 ms call
     assert stalled < plain * 1.5 + 0.01, (plain, stalled)
+
+
+def test_prime_opens_another_context_on_the_device():
+    from popcorn.bench import timing
+
+    dev = torch.device("cuda", torch.cuda.current_device())
+    torch.ones(1, device=dev)
+    timing._primed.discard(dev)
+    assert timing.prime(dev) is True

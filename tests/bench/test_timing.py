@@ -53,3 +53,17 @@ def test_at_least_the_first_batch_is_drawn_however_slow():
     clock = Clock(per_sample_ms=50.0)
     samples = sampled(clock.batch(noisy()), budget=2000, target_ms=100, clock=clock)
     assert len(samples) == 2 * MIN_REPS
+
+
+def test_prime_is_skipped_on_cpu_and_survives_a_machine_without_a_driver():
+    import torch
+
+    from popcorn.bench import timing
+
+    assert timing.prime(torch.device("cpu")) is False
+    # no libcuda here: the helper fails and the fill goes on unprimed, once per device
+    timing._primed.discard(torch.device("cuda", 0))
+    if not torch.cuda.is_available():
+        assert timing.prime(torch.device("cuda", 0)) is False
+    assert torch.device("cuda", 0) in timing._primed
+    assert timing.prime(torch.device("cuda", 0)) is False  # once per process
