@@ -149,3 +149,24 @@ def test_ctrl_c_to_the_whole_process_group_keeps_the_rows_and_prints_the_summary
     rows = store.read_file(next(cache.rglob("rms_norm.jsonl")))
     assert len(rows) >= 2 and all(r.status == "pass" for r in rows)  # no crash rows for the workers we killed
     assert not list(cache.parent.rglob("sentinel-*"))
+
+
+def test_a_trial_that_waited_through_one_timing_goes_before_the_next_queued_timing():
+    arbiter = Arbiter()
+    arbiter.acquire(0, EXCLUSIVE)
+    trial, second_timing, late_trial = threading.Event(), threading.Event(), threading.Event()
+    threading.Thread(target=lambda: (arbiter.acquire(1, SHARED), trial.set()), daemon=True).start()
+    while not arbiter._shared_waiting:  # the trial asks while slot 0 times
+        time.sleep(0.01)
+    threading.Thread(target=lambda: (arbiter.acquire(2, EXCLUSIVE), second_timing.set()), daemon=True).start()
+    while not arbiter._exclusive_waiting:
+        time.sleep(0.01)
+    arbiter.release(0)
+    assert trial.wait(10)  # not behind slot 2's timing, queued before slot 0 ended
+    threading.Thread(target=lambda: (arbiter.acquire(3, SHARED), late_trial.set()), daemon=True).start()
+    assert not second_timing.wait(0.2)  # the trial is open
+    assert not late_trial.wait(0.2)  # a trial asking after the handover waits for the queued timing
+    arbiter.release(1)
+    assert second_timing.wait(10) and not late_trial.wait(0.2)
+    arbiter.release(2)
+    assert late_trial.wait(10)
