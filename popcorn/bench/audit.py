@@ -34,7 +34,7 @@ import re
 import sys
 from dataclasses import dataclass, field
 
-from popcorn.schema import ERROR, FAILED, PASS, REFERENCE, SKIP, is_current, why_stale
+from popcorn.schema import ERROR, FAILED, MIN_CURVE_POINTS, PASS, REFERENCE, SKIP, is_current, why_stale
 
 from .record import Record
 
@@ -54,7 +54,6 @@ MISSING, STALE, NO_PASS, NO_TIMING, CURVES, UNCLEAN, UNREGISTERED, UNSIZED = (
 ALWAYS = frozenset({MISSING, STALE})
 RELEASE_GATES = frozenset({NO_PASS, NO_TIMING, CURVES, UNCLEAN})
 UNCLEAN_STATUSES = FAILED | {ERROR}
-MIN_CURVE_POINTS = 2
 
 
 @dataclass(frozen=True)

@@ -302,3 +302,15 @@ def test_sample(plans):
     assert all(c.case_ids and set(c.case_ids) <= sampled for c in a.curves)
     assert len(P.sample(plan, 10**6).cases) == len(plan.cases)
     assert _ids(P.sample(plan, 10)) != _ids(P.sample(plans("rms_norm"), 10))
+
+
+def test_a_sample_draws_every_curve_it_has_room_for(plans):
+    plan = P.curves_only(plans("rms_norm"))
+    room = 2 * len(plan.curves)
+    a = P.sample(plan, room)
+    # every curve keeps its two smallest points: a limited fill still passes the release check's curve rule
+    assert len(a.cases) == room and [c.name for c in a.curves] == [c.name for c in plan.curves]
+    full = {c.name: c.case_ids for c in plan.curves}
+    assert all(len(c.case_ids) >= 2 and set(full[c.name][:2]) <= set(c.case_ids) for c in a.curves)
+    small = P.sample(plan, 5)  # room for two curves: those two are whole, not five curves of one point
+    assert len(small.cases) == 5 and sum(len(c.case_ids) >= 2 for c in small.curves) >= 2

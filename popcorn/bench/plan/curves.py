@@ -6,6 +6,7 @@ import random
 from dataclasses import dataclass, field, replace
 
 from popcorn.core.case import Case
+from popcorn.schema import MIN_CURVE_POINTS
 
 from .axes import BATCH, anchor, axis_values, dim_axes, dtypes_of, primary_axis, temporal
 from .cases import HEADROOM, Planned, build, estimated_bytes, footprint, repair, slug, stratum, stratum_key, \
@@ -142,14 +143,26 @@ def case_plan(op, device_bytes: int) -> Plan:
 
 
 def sample(plan: Plan, limit: int) -> Plan:
-    """A deterministic random sample (random.Random(0)) of ``limit`` planned cases, in plan order.
+    """``limit`` planned cases, in plan order: each curve's first MIN_CURVE_POINTS points (its smallest),
+    curve by curve, then a deterministic random sample (random.Random(0)) of the rest, so a limited fill
+    still draws every curve it has room for and a release check can pass on it.
 
     Curves keep only their sampled case_ids; curves with none left are omitted.
     """
     if limit is None or limit >= len(plan.cases):
         return Plan(plan.op, list(plan.cases), list(plan.curves), plan.dropped)
-    keep = sorted(random.Random(0).sample(range(len(plan.cases)), max(0, limit)))
-    return _keeping(plan, [plan.cases[i] for i in keep])
+    first = {}
+    for i, p in enumerate(plan.cases):
+        first.setdefault(p.case.case_id, i)
+    keep: dict[int, None] = {}
+    for c in plan.curves:
+        points = [first[cid] for cid in c.case_ids[:MIN_CURVE_POINTS] if cid in first]
+        if len(keep) + len(set(points) - set(keep)) > limit:
+            break
+        keep.update(dict.fromkeys(points))
+    rest = [i for i in range(len(plan.cases)) if i not in keep]
+    keep.update(dict.fromkeys(random.Random(0).sample(rest, max(0, limit - len(keep)))))
+    return _keeping(plan, [plan.cases[i] for i in sorted(keep)])
 
 
 def only_strata(plan: Plan, strata) -> Plan:
