@@ -115,8 +115,8 @@ def fill(args, work: Path, env: dict) -> dict:
     argv = ["bench", "fill", *args.ops, "--out", str(out)] + (["--curves-only"] if args.curves_only else [])
     for s in args.strata or []:
         argv += ["--stratum", s]
-    if args.limit:
-        argv += ["--limit", str(args.limit)]
+    if args.fill_limit or args.limit:
+        argv += ["--limit", str(args.fill_limit or args.limit)]
     t0 = time.time()
     proc = popcorn(argv, env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
@@ -137,6 +137,8 @@ def main() -> int:
     ap.add_argument("--curves-only", action="store_true")
     ap.add_argument("--strata", nargs="+")
     ap.add_argument("--limit", type=int, help="cases per partition (per op for the fill)")
+    ap.add_argument("--fill-limit", type=int, help="cases per op for the fill (default: --limit); the sweep's "
+                    "partitions times --limit is the same number of cases, each curve's smallest points first")
     ap.add_argument("--phases", nargs="+", help="reference and backend families (default: every installed one)")
     ap.add_argument("--fills-per-gpu", type=int, default=1)
     ap.add_argument("--sweep-seconds", type=float, default=300)
