@@ -148,7 +148,7 @@ def main() -> int:
                     "fresh temporary folder): on a machine kept warm, the next call can `popcorn sweep resume` "
                     "with DAGSTER_HOME=WORK/home POPCORN_STORE=WORK/store")
     args = ap.parse_args()
-    work = args.work or Path(tempfile.mkdtemp(prefix="popcorn-sweep-vs-fill-"))
+    work = (args.work or Path(tempfile.mkdtemp(prefix="popcorn-sweep-vs-fill-"))).resolve()  # DAGSTER_HOME must be absolute
     if args.work and (work / "home").exists():
         ap.error(f"--work {work} already holds a sweep: resume it with `popcorn sweep resume` "
                  f"(DAGSTER_HOME={work / 'home'}), or name an empty folder")
