@@ -166,8 +166,15 @@ def resume(args) -> int:
     from .watch import watch
 
     inst = sweep.instance()
-    with supervisor.submitting(sweep.home()):
-        if _running(inst, "is still running: `popcorn sweep watch` follows it"):
+    home = sweep.home()
+    with supervisor.submitting(home):
+        stale = sweep.active(inst)
+        if stale is not None and not supervisor.supervisor_alive(home) and not supervisor.other_daemon(inst, home):
+            why = "the sweep's supervisor and Dagster daemon were gone (killed, or the machine restarted)"
+            ended = sweep.abandon(inst, stale, why)
+            print(f"sweep {stale.tags[sweep.SWEEP]}: {why}; canceled backfill {stale.backfill_id} and ended the "
+                  f"{ended} run(s) it left unfinished; relaunching what is not materialized")
+        elif _running(inst, "is still running: `popcorn sweep watch` follows it"):
             return 1
         last = sweep.find(inst, args.run)
         if last is None:

@@ -260,6 +260,28 @@ def unfinished(inst: dg.DagsterInstance, backfill: PartitionBackfill) -> list[As
     return out + [AssetKeyPartitionKey(ASSETS["report_store"], None)] if out else out
 
 
+UNFINISHED_RUNS = (dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
+                   dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING)
+
+
+def abandon(inst: dg.DagsterInstance, backfill: PartitionBackfill, why: str) -> int:
+    """End an active backfill that nothing works any more (its supervisor and daemon were killed, the
+    machine restarted): its unfinished runs are reported failed (started ones died with the daemon's
+    code server) or canceled (queued ones would run beside the resume's) and their pool slots freed, then the
+    backfill is canceled.
+    What its fills finished stays in their shards and the store; returns the runs it ended."""
+    runs = inst.get_runs(dg.RunsFilter(tags={"dagster/backfill": backfill.backfill_id},
+                                       statuses=list(UNFINISHED_RUNS)))
+    for run in runs:
+        if run.status in (dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED):
+            inst.report_run_canceled(run, message=why)
+        else:
+            inst.report_run_failed(run, message=why)
+        inst.event_log_storage.free_concurrency_slots_for_run(run.run_id)  # the GPU slots it claimed
+    inst.update_backfill(backfill.with_status(BulkActionStatus.CANCELED).with_end_timestamp(get_current_timestamp()))
+    return len(runs)
+
+
 def merge_after(inst: dg.DagsterInstance, backfill: PartitionBackfill) -> PartitionBackfill | None:
     """After a backfill that ended with failures its merge never ran: launch it alone, so the rows that
     were measured reach the store (a failed partition's too). None when there is nothing to merge."""

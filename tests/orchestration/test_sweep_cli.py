@@ -228,3 +228,35 @@ def test_the_sweeps_instance_leaves_concurrency_to_the_gpu_pool(tmp_path, monkey
     assert type(coordinator).__name__ == "QueuedRunCoordinator"
     assert coordinator.dequeue_interval_seconds == 1  # a freed slot is filled within a second
     assert inst.get_concurrency_config().run_queue_config.max_concurrent_runs == -1  # 48 Slurm GPUs, not 10
+
+
+def test_resume_takes_over_a_sweep_whose_supervisor_was_killed(home, sweep_env, capsys, monkeypatch):
+    """The state a killed supervisor (or a restarted machine) leaves: an active backfill nothing works, a run
+    it had started holding a GPU slot. `resume` ends both and runs the sweep to the end."""
+    from dagster import DagsterRunStatus
+    from dagster._core.test_utils import create_run_for_test
+
+    from orchestration import sweep
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", ",".join(DEVICES))
+    options = sweep.Options(local=True, phases=["reference"], ops=[OP], strata=STRATA, limit=1, reps=1,
+                            device=sweep.local_device())
+    tags = options.tags()
+    inst = sweep.instance()
+    cli._plan(inst, tags)
+    sweep.set_pools(inst, len(DEVICES))
+    parts, _ = sweep.targets(inst, options)
+    stale = sweep.launch(inst, parts, tags, "popcorn sweep")
+    orphan = create_run_for_test(inst, status=DagsterRunStatus.STARTED, tags={"dagster/backfill": stale.backfill_id})
+    inst.event_log_storage.claim_concurrency_slot("gpu", orphan.run_id, "reference")
+    assert not supervisor.supervisor_alive(home)
+
+    assert cli.main(["resume", "--watch"]) == 0, (home / "popcorn-sweep" / "daemon.log").read_text()[-3000:]
+    out = capsys.readouterr().out
+    assert "supervisor and Dagster daemon were gone" in out and "ended the 1 run(s)" in out
+    assert "COMPLETED_SUCCESS" in out
+    assert inst.get_run_by_id(orphan.run_id).status == DagsterRunStatus.FAILURE
+    assert orphan.run_id not in inst.event_log_storage.get_concurrency_info("gpu").active_run_ids
+    assert inst.get_backfill(stale.backfill_id).status.value == "CANCELED"
+    rows = ReportStore(str(sweep_env / "store")).read(OP)
+    assert sorted(r.status for r in rows) == ["pass"] * len(STRATA)
