@@ -76,11 +76,14 @@ def applies(backend: str, key: str) -> bool:
 
 
 @functools.lru_cache(maxsize=None)
-def case_keys(ops: tuple[str, ...] | None = None) -> tuple[str, ...]:
-    """Every ``op.stratum`` of the plans of ``ops`` (default: every op), op by op in plan order."""
+def case_keys(ops: tuple[str, ...] | None = None, curves_only: bool = False) -> tuple[str, ...]:
+    """Every ``op.stratum`` of the plans of ``ops`` (default: every op), op by op in plan order;
+    ``curves_only``: those with a case on a named curve (the others' partitions would measure nothing)."""
     keys = []
     for name in ops or sorted(OPS):
         the_plan = planning.case_plan(OPS[name], plan_memory())
+        if curves_only:
+            the_plan = planning.curves_only(the_plan)
         keys += [case_key(name, s) for s in dict.fromkeys(p.stratum for p in the_plan.cases)]
     return tuple(keys)
 

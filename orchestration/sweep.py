@@ -145,7 +145,7 @@ def selected_cases(options: Options) -> list[str]:
     unknown = [o for o in options.ops or () if o not in OPS]
     if unknown:
         raise ValueError(f"unknown op(s) {', '.join(unknown)}; known: {', '.join(sorted(OPS))}")
-    keys = case_keys(tuple(options.ops) if options.ops else None)
+    keys = case_keys(tuple(options.ops) if options.ops else None, options.curves_only)
     if options.strata:
         keys = tuple(k for k in keys if split_case(k)[1] in options.strata)
         if not keys:
