@@ -91,7 +91,7 @@ def toy_counted(x: Float["... hidden"]) -> Float["... hidden"]:
     """
     if x.dtype == torch.float64 and os.environ.get("TOY_TRUTH_LOG"):
         with open(os.environ["TOY_TRUTH_LOG"], "a") as f:
-            f.write(f"{x.shape[-1]}\n")
+            f.write(f"{'x'.join(map(str, x.shape))}\n")
     return 2 * x
 
 

@@ -75,11 +75,9 @@ def test_a_cases_inputs_and_truth_are_computed_once_for_all_its_backends(env, mo
     summary = fill([fill_ops.toy_counted], backends=["toy:one", "toy:two"], device="cpu", trials=trials, limit=4,
                    workers=2)
     assert summary.measured == 12 and summary.counts[("toy_counted", "toy:two")] == {"pass": 4}
-    per_case: dict = {}
-    for line in log.read_text().split():
-        per_case[line] = per_case.get(line, 0) + 1
-    # three backends (the reference's own row, toy:one, toy:two) shared one fp64 run per trial
-    assert len(per_case) == 4 and set(per_case.values()) == {trials}
+    # three backends (the reference's own row, toy:one, toy:two) shared one fp64 run per case and trial
+    # (two sampled cases may share a shape, so count the runs rather than tell cases apart)
+    assert len(log.read_text().split()) == 4 * trials
 
 
 def test_the_arbiter_keeps_timing_alone_and_frees_what_a_dead_worker_held():
