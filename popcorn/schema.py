@@ -97,6 +97,7 @@ KEY_IN_OP = KEY[1:]  # the key among one op's rows (published dispatch rows do n
 TIMING_FIELDS = tuple(f.name for f in FIELDS if f.type == "float | None")
 # What the reference's own run of a case contributes beside every other row of that case: ``ref_<k>``.
 REFERENCE_TIMED = ("fwd_ms", "bwd_ms", "step_ms", "fwd_mem_mb", "step_mem_mb")
+FORWARD_TIMED = ("fwd_ms", "fwd_mem_mb")  # what a forward-mode row takes from a gradient-mode reference row
 REFERENCE_FIELDS = tuple(f"ref_{k}" for k in REFERENCE_TIMED)
 
 # The published dispatch table: per op, its fingerprints once and these columns per row, in plain JSON.

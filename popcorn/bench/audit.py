@@ -6,7 +6,9 @@ have rows; with it, every registered implementation of every op that has rows.
 
 Always blocking:
 
-* ``missing``: the pair has no rows (only reachable with ``release``);
+* ``missing``: the pair has no rows (only reachable with ``release``) though a case measured for the op
+  (any implementation's rows) is one it can run; where every measured case is gated for it (a
+  forward-only implementation on gradient cases, a static gate), the pair gets ``gated`` (a note);
 * ``stale``: rows, but none whose ref_hash and impl_hash match today's code.
 
 Release gates (reported always where computed, blocking only with ``release``):
@@ -14,8 +16,9 @@ Release gates (reported always where computed, blocking only with ``release``):
 * ``no_pass``: current rows, none passes (computed always);
 * ``no_timing``: no current pass row carries a forward time;
 * ``curves``: a named curve of the op's case plan has fewer than 2 timed current pass points; a
-  curve the implementation's static gates refuse, or whose every attempted point is a ``skip``,
-  is gated rather than short;
+  curve whose every point the fill gates for the implementation (:func:`popcorn.bench.plan.gated`:
+  static gates, forward-only on gradient cases), or whose every attempted point is a ``skip``, is
+  gated rather than short;
 * ``unclean``: current rows with status fail/crash/error or with a bench_error.
 
 A missing or stale pair gets no further findings: everything else follows from re-measuring it.
@@ -36,6 +39,7 @@ from dataclasses import dataclass, field
 
 from popcorn.schema import ERROR, FAILED, MIN_CURVE_POINTS, PASS, REFERENCE, SKIP, is_current, why_stale
 
+from .plan import gated
 from .record import Record
 
 H200_BYTES = 141 * 10**9
@@ -49,8 +53,8 @@ DEVICE_MEMORY = (
     (r"\bA100\b", 40 * 10**9),
 )
 
-MISSING, STALE, NO_PASS, NO_TIMING, CURVES, UNCLEAN, UNREGISTERED, UNSIZED = (
-    "missing", "stale", "no_pass", "no_timing", "curves", "unclean", "unregistered", "unsized")
+MISSING, STALE, NO_PASS, NO_TIMING, CURVES, UNCLEAN, UNREGISTERED, UNSIZED, GATED = (
+    "missing", "stale", "no_pass", "no_timing", "curves", "unclean", "unregistered", "unsized", "gated")
 ALWAYS = frozenset({MISSING, STALE})
 RELEASE_GATES = frozenset({NO_PASS, NO_TIMING, CURVES, UNCLEAN})
 UNCLEAN_STATUSES = FAILED | {ERROR}
@@ -143,18 +147,22 @@ def _pairs(records: list[Record], ops: dict, release: bool) -> tuple[list[tuple[
     return pairs, notes
 
 
-def _static_gate_admits(op, impl, curve) -> bool:
-    """Whether ``impl``'s declared gates admit the curve's dtype, scalar args and optional tensors."""
-    return impl.admits_static(curve.dtype, curve.args, curve.present)
+def _planned(op, device_bytes: int) -> dict:
+    """(case_id, grad) -> Planned of the op's plan for ``device_bytes``."""
+    return {(p.case.case_id, p.grad): p for p in plan_for(op, device_bytes).cases}
 
 
 def _curve_findings(op, impl, rows: list[Record], device_bytes: int, tally: Tally) -> str | None:
     by_case: dict[str, list[Record]] = {}
     for r in rows:
         by_case.setdefault(r.case_id, []).append(r)
+    by_id: dict[str, list] = {}
+    for p in plan_for(op, device_bytes).cases:
+        by_id.setdefault(p.case.case_id, []).append(p)
     short = []
     for curve in plan_for(op, device_bytes).curves:
-        if not _static_gate_admits(op, impl, curve):
+        points = [p for cid in curve.case_ids for p in by_id.get(cid, ())]
+        if points and all(gated(op, impl, p) for p in points):
             tally.curves_gated += 1
             continue
         attempted = [r for cid in curve.case_ids for r in by_case.get(cid, ())]
@@ -177,8 +185,10 @@ def _curve_findings(op, impl, rows: list[Record], device_bytes: int, tally: Tall
 def _audit(records: list[Record], ops: dict, release: bool, device_bytes: int | None) -> tuple[list[Finding], Tally]:
     pairs, findings = _pairs(records, ops, release)
     by_pair: dict[tuple[str, str], list[Record]] = {}
+    by_op: dict[str, list[Record]] = {}
     for r in records:
         by_pair.setdefault((r.op, r.impl), []).append(r)
+        by_op.setdefault(r.op, []).append(r)
     tally = Tally(pairs=len(pairs))
 
     def add(op_name, impl, kind, detail):
@@ -189,7 +199,11 @@ def _audit(records: list[Record], ops: dict, release: bool, device_bytes: int | 
         impl = op.implementations[impl_name]
         rows = by_pair.get((op_name, impl_name), [])
         if not rows:
-            add(op_name, impl_name, MISSING, "no rows")
+            why = _unmeasurable(op, impl, by_op[op_name], device_bytes)
+            if why:
+                add(op_name, impl_name, GATED, why)
+            else:
+                add(op_name, impl_name, MISSING, "no rows")
             continue
         current = [r for r in rows if is_current(r, op.ref_hash, impl.impl_hash)]
         if not current:
@@ -209,9 +223,8 @@ def _audit(records: list[Record], ops: dict, release: bool, device_bytes: int | 
             add(op_name, impl_name, NO_TIMING, f"{len(passes)} pass row(s), none timed")
         if not release:
             continue
-        # rows pooled across devices: the largest known device's plan holds the others' curves
         devices = sorted({r.device for r in current})
-        budget = device_bytes or max(filter(None, map(memory_of, devices)), default=None)
+        budget = _budget(current, device_bytes)
         if budget is None:
             add(op_name, impl_name, UNSIZED, f"curves not checked: the memory of {', '.join(devices)} is unknown "
                 "(known: H200, H100, A100, cpu:*)")
@@ -226,6 +239,28 @@ def _audit(records: list[Record], ops: dict, release: bool, device_bytes: int | 
             parts = [p for p in (statuses, f"bench_error={bench_errors}" if bench_errors else "") if p]
             add(op_name, impl_name, UNCLEAN, ", ".join(parts))
     return findings, tally
+
+
+def _budget(rows: list[Record], device_bytes: int | None) -> int | None:
+    # rows pooled across devices: the largest known device's plan holds the others' curves
+    return device_bytes or max(filter(None, map(memory_of, {r.device for r in rows})), default=None)
+
+
+def _unmeasurable(op, impl, op_rows: list[Record], device_bytes: int | None) -> str | None:
+    """Why a pair without rows is not missing: every case measured for the op is one the fill gates for
+    ``impl``; None when some measured case (or one outside the plan, whose gates are unknown) is not."""
+    budget = _budget(op_rows, device_bytes)
+    planned = _planned(op, budget) if budget else {}
+    keys = {(r.case_id, r.grad) for r in op_rows}
+    reasons = set()
+    for key in keys:
+        p = planned.get(key)
+        why = gated(op, impl, p) if p else None
+        if why is None:
+            return None
+        reasons.add(why)
+    return (f"no rows, none due: the fill gates all {len(keys)} measured case(s) for it "
+            f"({', '.join(sorted(reasons))})")
 
 
 def _counts(rows: list[Record]) -> str:

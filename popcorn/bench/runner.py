@@ -22,7 +22,7 @@ from typing import Iterable
 
 import torch
 
-from popcorn.schema import REFERENCE, REFERENCE_TIMED  # the reference's timings, copied as ref_* onto rows
+from popcorn.schema import FORWARD_TIMED, REFERENCE, REFERENCE_TIMED  # the reference's timings, copied as ref_* onto rows
 
 from . import device_lane
 from . import plan as planning
@@ -120,7 +120,9 @@ class _Runner:
                     if task.impl == REFERENCE:  # a reusable reference row times the case's backends
                         self.refs[(task.op, task.case.case_id, task.grad)] = step.row
             else:
-                groups.setdefault((task.op, task.case.case_id, task.grad, task.device), []).append((order, task))
+                # by the plan's mode: a forward-only backend's forward run shares its case's inputs and worker
+                groups.setdefault((task.op, task.case.case_id, task.planned.grad, task.device), []).append(
+                    (order, task))
                 self.left[task.op] = self.left.get(task.op, 0) + 1
         return list(groups.values())
 
@@ -192,9 +194,9 @@ class _Runner:
         if row is None:
             self.summary.add(task.op, task.impl, "pruned")
         else:
-            ref = self.refs.get((task.op, task.case.case_id, task.grad))
+            ref = self.refs.get((task.op, task.case.case_id, task.planned.grad))
             if task.impl != REFERENCE and ref is not None:
-                for k in REFERENCE_TIMED:
+                for k in REFERENCE_TIMED if task.grad else FORWARD_TIMED:
                     setattr(row, f"ref_{k}", getattr(ref, k))
             self.learn(task, row, order)
             self.summary.add(task.op, task.impl, row.status)

@@ -40,6 +40,7 @@ class Task:
     budget_s: float
     trials: int
     device: str
+    forward_only: bool = False  # the backend has no backward: a gradient case is measured forward only
 
     @property
     def case(self):
@@ -47,7 +48,8 @@ class Task:
 
     @property
     def grad(self) -> bool:
-        return self.planned.grad
+        """The mode measured (and the row's ``grad``): the plan's, forward only for a forward-only backend."""
+        return self.planned.grad and not self.forward_only
 
     @property
     def stratum(self) -> str:
@@ -142,8 +144,8 @@ def plan_tasks(ops: list[Op], cached: Cached | None = None, *, backends: list[st
                device: str | None = None, budget: int | None = None, out=sys.stderr) -> Tasks:
     """The fill's Tasks: each op's plan (``slice_spec``, ``curves``, ``strata``, ``limit`` as in ``bench
     fill``) for the reference and every installed backend, in plan order. Pairs ``cached`` already holds as
-    reusable rows of this device and today's code (unless ``force``) and pairs a static gate or
-    forward-only flag excludes are skipped. ``strata``: only the plan's cases of these strata (``limit``
+    reusable rows of this device and today's code (unless ``force``) and pairs a static gate
+    excludes are skipped; a forward-only backend is measured forward only on gradient cases. ``strata``: only the plan's cases of these strata (``limit``
     then samples among them); ValueError names a stratum no op could have. ``budget``: the device memory
     the plan fits cases to (default: the device's)."""
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -160,8 +162,8 @@ def plan_tasks(ops: list[Op], cached: Cached | None = None, *, backends: list[st
         for p in the_plan.cases:
             for impl in impls:
                 task = Task(op.name, op.reference.__module__, impl, p, watchdog(op, impl, p, timeout), trials,
-                            str(dev))
-                row = held.get((impl, p.case.case_id, p.grad))
+                            str(dev), op[impl].forward_only)
+                row = held.get((impl, p.case.case_id, task.grad))
                 if row is not None:
                     steps.append(Skip(task, "cached", row))
                 else:

@@ -70,14 +70,15 @@ class CaseCache:
             if had:
                 free_memory()
 
-    def truth(self, trial: int, frozen, compute) -> Truth:
-        got = self.truths.get((trial, frozen))
+    def truth(self, key: tuple, compute) -> Truth:
+        """The reference's side of trial ``key`` = (trial, frozen inputs, gradient mode)."""
+        got = self.truths.get(key)
         if got is None:
             got = compute()
             size = got.nbytes()
             limit = TRUTH_CACHE_BYTES["cuda" if torch.cuda.is_available() else "cpu"]
             if self.nbytes + size <= limit:  # larger cases compute their reference per backend, as before
-                self.truths[(trial, frozen)], self.nbytes = got, self.nbytes + size
+                self.truths[key], self.nbytes = got, self.nbytes + size
         return got
 
 
@@ -90,7 +91,7 @@ def measure_task(task: dict, device: torch.device) -> dict:
     impl = op[task["impl"]]
     case = Case.from_config(task["config"])
     grad = task["grad"]
-    _CACHE.enter((op.name, case.case_id, grad, str(device)))
+    _CACHE.enter((op.name, case.case_id, str(device)))
 
     def draw(trial: int) -> dict:
         if trial == 0:
@@ -100,7 +101,7 @@ def measure_task(task: dict, device: torch.device) -> dict:
         return make_inputs(op, case, seed=trial, device=device)
 
     def truths(trial: int):
-        return _CACHE.truth(trial, impl.no_grad,
+        return _CACHE.truth((trial, impl.no_grad, grad),
                             lambda: reference_trial(op.reference, draw, trial, grad, impl.no_grad))
 
     try:

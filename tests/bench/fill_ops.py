@@ -54,6 +54,8 @@ def toy_oom(x, alpha):
 
 # admits alpha=3.0 only: every planned case (alpha=2.0) is gated at plan time
 toy_scale.register("toy:gated", lambda x, alpha: x * alpha, gates={"alpha": (3.0,)})
+# no backward: measured forward only on the plan's gradient cases
+toy_scale.register("toy:fwd", lambda x, alpha: (x * alpha).detach(), forward_only=True)
 
 
 @toy_scale.register("toy:die_together")

@@ -5,9 +5,8 @@ import io
 import pytest
 
 from popcorn.bench import audit as A
-from popcorn.bench.audit import (CURVES, MISSING, NO_PASS, NO_TIMING, STALE, UNCLEAN, UNREGISTERED, UNSIZED,
-                                 _static_gate_admits, audit, memory_of, plan_for, run_check)
-from popcorn.bench.plan import Curve
+from popcorn.bench.audit import (CURVES, GATED, MISSING, NO_PASS, NO_TIMING, STALE, UNCLEAN, UNREGISTERED,
+                                 UNSIZED, audit, memory_of, plan_for, run_check)
 from popcorn.kernels import OPS as ALL_OPS
 
 from .test_record import make
@@ -137,13 +136,55 @@ def test_curves_need_two_timed_points_and_skips_are_gated():
     assert name in f.detail
 
 
-def test_static_gates_exempt_curves():
+def pair_rows(op, impl, curves, grad=True, points=2):
+    """Timed pass rows of ``impl`` on the first ``points`` points of ``curves``."""
+    ids = sorted({cid for c in curves for cid in c.case_ids[:points]})
+    return [make(op=op.name, impl=impl, case_id=cid, grad=grad, ref_hash=op.ref_hash,
+                 impl_hash=op.implementations[impl].impl_hash, ref_fwd_ms=1.0) for cid in ids]
+
+
+def test_curves_a_static_gate_refuses_are_gated():
     attn = OPS["attn"]
-    curve = Curve("curve:production:seq:float32:base", "production", "seq", "float32", "base", {}, (), {}, (), ())
-    assert not _static_gate_admits(attn, attn.implementations["sdpa:cudnn"], curve)
-    assert _static_gate_admits(attn, attn.implementations["sdpa:efficient"], curve)
-    bf16 = Curve(curve.name, "production", "seq", "bfloat16", "base", {}, (), {}, (), ())
-    assert _static_gate_admits(attn, attn.implementations["sdpa:cudnn"], bf16)
+    curves = plan_for(attn).curves
+    half = [c for c in curves if c.dtype != "float32"]
+    assert half and len(half) < len(curves)  # sdpa:cudnn's gates refuse the float32 ones
+    a = A.check(pair_rows(attn, "sdpa:cudnn", half), {"attn": WithOnly(attn, ["torch", "sdpa:cudnn"])},
+                release=True)
+    assert a.passed and a.tally.curves == len(half) and a.tally.curves_gated == len(curves) - len(half)
+    # the same rows claimed by a backend that admits float32 leave its float32 curves short
+    b = A.check([make(**{**r.__dict__, "impl": "sdpa:math", "impl_hash": attn["sdpa:math"].impl_hash})
+                 for r in pair_rows(attn, "sdpa:cudnn", half)], {"attn": WithOnly(attn, ["torch", "sdpa:math"])},
+                release=True)
+    assert b.failing == {("attn", "sdpa:math"): [CURVES]}
+
+
+def test_a_pair_without_rows_is_gated_when_every_measured_case_is_gated_for_it():
+    attn = OPS["attn"]
+    fp32 = [c for c in plan_for(attn).curves if c.dtype == "float32"]
+    ops = {"attn": WithOnly(attn, ["torch", "sdpa:cudnn", "sdpa:math"])}
+    findings = audit(pair_rows(attn, "torch", fp32), ops, release=True)
+    by_impl = {f.impl: f for f in findings}
+    assert (by_impl["sdpa:cudnn"].kind, by_impl["sdpa:cudnn"].blocking) == (GATED, False)
+    assert "gate" in by_impl["sdpa:cudnn"].detail
+    assert (by_impl["sdpa:math"].kind, by_impl["sdpa:math"].blocking) == (MISSING, True)
+    # one measured case it can run (a bfloat16 one) makes it missing
+    bf16 = [c for c in plan_for(attn).curves if c.dtype == "bfloat16"][:1]
+    more = audit(pair_rows(attn, "torch", fp32) + pair_rows(attn, "torch", bf16, points=1), ops, release=True)
+    assert {f.impl: f.kind for f in more}["sdpa:cudnn"] == MISSING
+
+
+def test_a_forward_only_backend_answers_gradient_curves_with_forward_rows():
+    lse = ALL_OPS["logsumexp"]
+    assert lse["fla"].forward_only
+    ops = {"logsumexp": WithOnly(lse, ["torch", "fla"])}
+    curves = plan_for(lse).curves
+    assert curves and all(p.grad for p in plan_for(lse).cases)  # every planned case wants gradients
+    reference = pair_rows(lse, "torch", curves)
+    # it can run every measured case (forward only), so no rows is missing, not gated
+    assert [(f.impl, f.kind) for f in audit(reference, ops, release=True)] == [("fla", MISSING)]
+    forward = pair_rows(lse, "fla", curves, grad=False)
+    a = A.check(reference + forward, ops, release=True)
+    assert a.passed and a.tally.curves == len(curves) and not a.tally.curves_gated
 
 
 @pytest.mark.parametrize("bad", [dict(status="fail", fwd_ms=None), dict(status="crash", fwd_ms=None),

@@ -4,6 +4,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from popcorn.bench import store
 from popcorn.bench.fill import REFERENCE_TIMEOUT, watchdog
 from popcorn.bench.plan import Planned, build
@@ -92,3 +94,23 @@ def test_gated_pairs_never_reach_the_worker(tmp_path, monkeypatch):
     assert counts == {"gated": 4}
     assert {r.impl for r in store.read("toy_scale")} == {"torch"}
     assert "gated" in summary.table().splitlines()[0]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_forward_only_backend_is_measured_forward_on_gradient_cases(tmp_path, monkeypatch, workers):
+    from popcorn.bench.fill import fill
+
+    monkeypatch.setenv("POPCORN_CACHE_DIR", str(tmp_path))
+    summary = fill([fill_ops.toy_scale], backends=["toy:fwd"], limit=3, trials=2, device="cpu", workers=workers)
+    assert summary.counts[("toy_scale", "toy:fwd")] == {"pass": 3}
+    rows = store.read("toy_scale")
+    ref = {r.case_id: r for r in rows if r.impl == "torch"}
+    fwd = [r for r in rows if r.impl == "toy:fwd"]
+    assert len(ref) == 3 and all(r.grad for r in ref.values())  # the plan's cases want gradients
+    for r in fwd:
+        assert not r.grad and r.fwd_ms and r.step_ms is None
+        # the reference's forward time of the same case, not its backward
+        assert r.ref_fwd_ms == ref[r.case_id].fwd_ms and r.ref_step_ms is None
+    # a rerun finds the forward rows cached
+    again = fill([fill_ops.toy_scale], backends=["toy:fwd"], limit=3, trials=2, device="cpu", workers=workers)
+    assert again.counts[("toy_scale", "toy:fwd")] == {"cached": 3}

@@ -146,9 +146,8 @@ def slug(value) -> str:
 
 
 def gated(op, impl, planned: Planned) -> str | None:
-    """Why ``impl`` cannot run ``planned`` whatever the tensors hold (static gates, forward-only), or None."""
-    if impl.forward_only and planned.grad:
-        return "forward-only"
+    """Why ``impl`` cannot run ``planned`` whatever the tensors hold (its static gates), or None. A
+    forward-only backend is not gated on a gradient case: the fill measures its forward there."""
     if not impl.admits_static(planned.case.dtype, planned.case.args, planned.case.present):
         return "gate"
     return None
