@@ -15,6 +15,7 @@ the worker sends back with each row, so a fill can say where its wall time went.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import time
 
 SHARED, EXCLUSIVE, RELEASE, HELD = "shared", "exclusive", "release", "held"
@@ -77,10 +78,19 @@ def hold(kind: str):
         _conn.send(("lane", RELEASE))
 
 
+# Autotuners that time configs without triton.testing.do_bench (quack's: CUDA graphs over L2-cold input
+# copies), by backend: (module, class, method timing one config). Imported only once a task of theirs runs.
+LIBRARY_AUTOTUNERS = {"quack": ("quack.autotuner", "Autotuner", "_bench")}
+_guarding = False  # guard_autotuning ran: library autotuners are guarded as their backends come up
+
+
 def guard_autotuning() -> None:
     """Autotuners benchmark their configs on the device at a kernel's first call (Triton's, which liger
     and fla use, and inductor's): make those benchmarks hold the shared lane, so they never run beside
-    another worker's timing, while the compiles around them keep running outside the lanes."""
+    another worker's timing, while the compiles around them keep running outside the lanes. Libraries
+    with an autotuner of their own are guarded by :func:`guard_backend` when their first task runs."""
+    global _guarding
+    _guarding = True
     try:
         import triton.testing
     except ImportError:
@@ -95,6 +105,20 @@ def guard_autotuning() -> None:
         benchmarking.set_gpu_benchmark_lock_context(lambda: hold(SHARED))
     else:
         _in_shared_lane(benchmarking.benchmarker, "benchmark_gpu")
+
+
+def guard_backend(backend: str) -> None:
+    """After :func:`guard_autotuning`: the LIBRARY_AUTOTUNERS entry of ``backend`` holds the shared lane
+    while it times a config (once per process; nothing where the library is missing)."""
+    spec = LIBRARY_AUTOTUNERS.get(backend)
+    if not _guarding or spec is None:
+        return
+    module, cls, method = spec
+    try:
+        owner = getattr(importlib.import_module(module), cls)
+    except (ImportError, AttributeError):  # not installed, or another version: the trials will say
+        return
+    _in_shared_lane(owner, method)
 
 
 def _in_shared_lane(owner, name: str) -> None:

@@ -114,6 +114,7 @@ def measure_task(task: dict, device: torch.device) -> dict:
         result = Result(SKIP, reason, grad=grad)
     else:
         if impl.name != REFERENCE:
+            lane.guard_backend(impl.backend.name)
             warm_up(impl, draw(0), grad)
         result = run_case(op, impl, case, draw, grad, device, trials=task["trials"], timing=True, truths=truths)
     if task.get("last"):  # the case's memory goes back before the supervisor lends it to another case

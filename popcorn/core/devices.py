@@ -57,6 +57,12 @@ def on_sm90(**arguments) -> bool:
     return all(_capability(v.device.index) >= (9, 0) for v in arguments.values() if isinstance(v, torch.Tensor))
 
 
+def whole_vectors(t: torch.Tensor, dim: int = -1) -> bool:
+    """The extent of ``t``'s dim ``dim`` is a whole number of 16-byte vectors: what kernels that load
+    rows in 16-byte vectors (quack's), or address them through TMA, need of a contiguous dim."""
+    return t.shape[dim] % (16 // t.element_size()) == 0
+
+
 def dense(t: torch.Tensor) -> torch.Tensor:
     """``t`` when it is contiguous and 16-byte aligned, else a copy that is: what kernels with vectorized
     row loads read (a call's strides and offsets are not part of its dispatch key, so adapters fix

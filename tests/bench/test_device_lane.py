@@ -211,6 +211,45 @@ def test_autotuners_benchmark_in_the_shared_lane(monkeypatch):
         supervisor.close()
 
 
+class ConfigTimer:
+    """A library autotuner's shape: a method that times one config (quack's Autotuner._bench)."""
+
+    seen: list = []
+
+    def _bench(self, config):
+        from popcorn.bench import lane
+
+        self.seen.append((config, lane.held))
+        return [1.0]
+
+
+def test_a_library_autotuner_is_guarded_once_its_backend_runs(monkeypatch):
+    import multiprocessing as mp
+
+    from popcorn.bench import lane
+
+    monkeypatch.setitem(lane.LIBRARY_AUTOTUNERS, "toylib", (__name__, "ConfigTimer", "_bench"))
+    monkeypatch.setattr(ConfigTimer, "_bench", ConfigTimer._bench)  # undone after the test
+    monkeypatch.setattr(lane, "_guarding", False)
+    lane.guard_backend("toylib")  # outside a fill's worker: nothing changes
+    assert not getattr(ConfigTimer._bench, "popcorn_lane", False)
+    mine, supervisor = mp.Pipe()
+    threading.Thread(target=lambda: [supervisor.send("go") for m in iter(supervisor.recv, None)
+                                     if m == ("lane", SHARED)], daemon=True).start()
+    lane.connect(mine)
+    try:
+        monkeypatch.setattr(lane, "_guarding", True)
+        lane.guard_backend("toylib")
+        lane.guard_backend("no-such-backend")  # a backend without an autotuner of its own: nothing
+        ConfigTimer.seen = []
+        assert ConfigTimer()._bench("a") == [1.0]
+        assert ConfigTimer.seen == [("a", SHARED)] and lane.held is None
+    finally:
+        lane.connect(None)
+        mine.close()
+        supervisor.close()
+
+
 def test_lane_files_are_shared_by_every_user_of_the_machine(tmp_path):
     directory = tmp_path / "lanes"
     DeviceLane(directory, "gpu").close()

@@ -10,14 +10,14 @@ import torch
 
 from popcorn.core import BackendUnavailable
 from popcorn.core.devices import dense
-from popcorn.kernels import OPS, geglu, rms_norm
+from popcorn.kernels import OPS, rms_norm
 
 COVERS = {
     "liger": ["add_rms_norm", "cross_entropy", "embedding", "geglu", "group_norm", "jsd", "kl_div", "layer_norm",
               "linear_cross_entropy", "rms_norm", "rope", "softmax", "swiglu"],
-    "fla": ["add_rms_norm", "attn", "attn_varlen", "cross_entropy", "group_norm", "l2_norm", "layer_norm",
+    "fla": ["add_rms_norm", "attn", "attn_varlen", "cross_entropy", "gelu", "group_norm", "l2_norm", "layer_norm",
             "linear_cross_entropy", "logsumexp", "rms_norm", "softmax", "swiglu", "swish"],
-    "quack": ["add_rms_norm", "cross_entropy", "rms_norm", "softmax"],
+    "quack": ["add_rms_norm", "cross_entropy", "linear", "matmul", "rms_norm", "softmax"],
     "cudnn": ["layer_norm", "rms_norm"],
 }
 PAIRS = [(lib, name) for lib, names in COVERS.items() for name in names]
@@ -37,8 +37,9 @@ def test_every_adapter_declines_cpu_tensors_and_imports_lazily(lib, name):
     assert impl.predicate(n=3) is False  # no tensor: nothing to run a kernel on
 
 
-def test_geglu_takes_the_tanh_approximation_only():
-    impl = geglu["liger"]
+@pytest.mark.parametrize("name, lib", [("geglu", "liger"), ("gelu", "fla")])
+def test_tanh_gelus_take_the_tanh_approximation_only(name, lib):
+    impl = OPS[name][lib]
     assert impl.admits_static("bfloat16", {"approximate": "tanh"}, ()) is True
     assert impl.admits_static("bfloat16", {"approximate": "none"}, ()) is False
 
@@ -104,14 +105,16 @@ def test_out_of_gate_dtypes_and_values_are_refused_at_plan_time():
                ("softmax", "fla", "float64", {}), ("attn", "fla", "float32", {"is_causal": True}),
                ("attn", "fla", "bfloat16", {"is_causal": False}), ("attn_varlen", "fla", "bfloat16", {"causal": False}),
                ("cross_entropy", "quack", "bfloat16", {"label_smoothing": 0.1}), ("rms_norm", "quack", "float64", {}),
-               ("rms_norm", "cudnn", "float64", {}), ("layer_norm", "cudnn", "float64", {})]
+               ("rms_norm", "cudnn", "float64", {}), ("layer_norm", "cudnn", "float64", {}),
+               ("linear", "quack", "float32", {}), ("matmul", "quack", "float32", {})]  # 16-bit GEMMs only
     for name, lib, dtype, args in refused:
         assert OPS[name][lib].admits_static(dtype, args, ()) is False, (name, lib, dtype, args)
     admitted = [("jsd", "liger", "bfloat16", {}), ("linear_cross_entropy", "fla", "bfloat16", {"reduction": "sum"}),
                 ("group_norm", "liger", "bfloat16", {}), ("attn", "fla", "float16", {"is_causal": True}),
                 ("attn_varlen", "fla", "bfloat16", {"causal": True}),
                 ("cross_entropy", "quack", "bfloat16", {"label_smoothing": 0.0}),
-                ("rms_norm", "cudnn", "float32", {}), ("layer_norm", "cudnn", "bfloat16", {})]
+                ("rms_norm", "cudnn", "float32", {}), ("layer_norm", "cudnn", "bfloat16", {}),
+                ("linear", "quack", "bfloat16", {}), ("matmul", "quack", "float16", {})]
     for name, lib, dtype, args in admitted:
         assert OPS[name][lib].admits_static(dtype, args, ()) is True, (name, lib, dtype, args)
 
@@ -222,8 +225,18 @@ def test_quack_needs_hopper_and_whole_vectors(cuda, monkeypatch):
     assert rms(x=torch.empty(2, 200 * 1024, dtype=torch.bfloat16, **meta)) is True
     assert rms(x=torch.empty(2, 200 * 1024, dtype=torch.float32, **meta)) is False  # its fp32 backward stops at 128k
     assert OPS["add_rms_norm"]["quack"].predicate is rms
+    # GEMMs: every operand's contiguous dim (in_features / inner, out_features / cols) in whole vectors
+    linear, matmul = OPS["linear"]["quack"].predicate, OPS["matmul"]["quack"].predicate
+    bf16 = dict(dtype=torch.bfloat16, **meta)
+    assert linear(input=torch.empty(3, 7, 4096, **bf16), weight=torch.empty(1024, 4096, **bf16), bias=None) is True
+    assert linear(input=torch.empty(5, 4100, **bf16), weight=torch.empty(1024, 4100, **bf16), bias=None) is False
+    assert linear(input=torch.empty(5, 4096, **bf16), weight=torch.empty(1020, 4096, **bf16), bias=None) is False
+    assert matmul(a=torch.empty(2, 5, 64, **bf16), b=torch.empty(64, 128, **bf16)) is True  # 5 rows: any count
+    assert matmul(a=torch.empty(5, 60, **bf16), b=torch.empty(60, 128, **bf16)) is False
+    assert matmul(a=torch.empty(5, 64, **bf16), b=torch.empty(64, 100, **bf16)) is False
     monkeypatch.setattr(devices, "_capability", lambda index: (8, 0))
     assert softmax(x=row) is False  # an A100: quack's kernels are built for Hopper and newer
+    assert matmul(a=torch.empty(5, 64, **bf16), b=torch.empty(64, 128, **bf16)) is False
 
 
 def test_cudnn_norms_take_the_parameter_dtypes_its_graphs_do(cuda):

@@ -54,6 +54,8 @@ CASES = [
     ("attn", "fla", "float16", {"is_causal": True}, None),
     ("attn", "fla", "float16", {"is_causal": True, "scale": 0.125}, None),
     ("attn_varlen", "fla", "float16", {"causal": True}, None),
+    ("gelu", "fla", "float32", {"approximate": "tanh"}, None),
+    ("gelu", "fla", "bfloat16", {"approximate": "tanh"}, None),
 ]
 IDS = [f"{op}-{impl}-{dtype}-" + ",".join(f"{k}={v}" for k, v in args.items()) + ("-bare" if present == () else "")
        for op, impl, dtype, args, present in CASES]

@@ -11,7 +11,7 @@ import torch
 
 from popcorn.core import HALF, Float, Int, dtypes, one_of, register_kernel
 from popcorn.core.numerics import upcast
-from popcorn.core.devices import on_cuda, on_sm90
+from popcorn.core.devices import on_cuda, on_sm90, whole_vectors
 
 
 def target_domain(shape, case, generator) -> torch.Tensor:
@@ -82,8 +82,7 @@ def quack_vocab_fits(**arguments) -> bool:
     if not on_sm90(**arguments):
         return False
     logits = arguments["logits"]
-    n = logits.shape[-1]
-    return n % (16 // logits.element_size()) == 0 and n <= 256 * 1024
+    return whole_vectors(logits) and logits.shape[-1] <= 256 * 1024
 
 
 cross_entropy.register("quack", source="popcorn.kernels.cross_entropy.quack:cross_entropy",

@@ -4,7 +4,8 @@ from typing import Literal
 
 import torch.nn.functional as F
 
-from popcorn.core import Float, register_kernel
+from popcorn.core import Float, one_of, register_kernel
+from popcorn.core.devices import on_cuda
 from popcorn.core.numerics import upcast
 
 
@@ -20,3 +21,8 @@ def gelu(
     [Hendrycks and Gimpel, 2016](https://arxiv.org/abs/1606.08415)
     """
     return F.gelu(upcast(x), approximate=approximate).to(x.dtype)
+
+
+# -- backends: adapters beside this file, imported on first use ------------------------------------
+gelu.register("fla", source="popcorn.kernels.gelu.fla:gelu", predicate=on_cuda,
+              gates={"approximate": one_of("tanh")})

@@ -5,7 +5,8 @@ import math
 
 import torch.nn.functional as F
 
-from popcorn.core import Float, register_kernel
+from popcorn.core import HALF, Float, dtypes, register_kernel
+from popcorn.core.devices import on_sm90, whole_vectors
 
 
 def _output(case) -> int:
@@ -27,3 +28,14 @@ def linear(
     [torch.nn.functional.linear](https://pytorch.org/docs/stable/generated/torch.nn.functional.linear.html)
     """
     return F.linear(input, weight, bias)
+
+
+# -- backends: adapters beside this file, imported on first use ------------------------------------
+def quack_fits(**arguments) -> bool:
+    """On Hopper or newer, with in_features and out_features whole 16-byte vectors: quack's GEMMs
+    address every operand through TMA, whose strides must be 16-byte multiples."""
+    return on_sm90(**arguments) and whole_vectors(arguments["input"]) and whole_vectors(arguments["weight"], 0)
+
+
+linear.register("quack", source="popcorn.kernels.linear.quack:linear", predicate=quack_fits,
+                gates={"input": dtypes(*HALF)})  # its SM90 GEMMs take 16-bit operands

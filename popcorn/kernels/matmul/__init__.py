@@ -2,7 +2,8 @@
 
 import math
 
-from popcorn.core import Float, register_kernel
+from popcorn.core import HALF, Float, dtypes, register_kernel
+from popcorn.core.devices import on_sm90, whole_vectors
 
 
 def _product(case) -> int:
@@ -22,3 +23,14 @@ def matmul(
     [torch.matmul](https://pytorch.org/docs/stable/generated/torch.matmul.html)
     """
     return a @ b
+
+
+# -- backends: adapters beside this file, imported on first use ------------------------------------
+def quack_fits(**arguments) -> bool:
+    """On Hopper or newer, with inner and cols whole 16-byte vectors: quack's GEMMs address every operand
+    through TMA, whose strides must be 16-byte multiples."""
+    return on_sm90(**arguments) and whole_vectors(arguments["a"]) and whole_vectors(arguments["b"])
+
+
+matmul.register("quack", source="popcorn.kernels.matmul.quack:matmul", predicate=quack_fits,
+                gates={"a": dtypes(*HALF)})  # its SM90 GEMMs take 16-bit operands

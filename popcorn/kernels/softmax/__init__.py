@@ -4,7 +4,7 @@ import torch
 
 from popcorn.core import HALF, Float, dtypes, register_kernel
 from popcorn.core.numerics import upcast
-from popcorn.core.devices import on_cuda, on_cuda_rows, on_sm90
+from popcorn.core.devices import on_cuda, on_cuda_rows, on_sm90, whole_vectors
 
 
 @register_kernel(batch="token_rows", tags=("reduction",))
@@ -36,8 +36,7 @@ def quack_row_fits(**arguments) -> bool:
     if not on_sm90(**arguments):
         return False
     x = arguments["x"]
-    n = x.shape[-1]
-    return n % (16 // x.element_size()) == 0 and n <= 256 * 1024
+    return whole_vectors(x) and x.shape[-1] <= 256 * 1024
 
 
 softmax.register("quack", source="popcorn.kernels.softmax.quack:softmax", predicate=quack_row_fits,
