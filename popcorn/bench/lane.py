@@ -96,7 +96,7 @@ def guard_autotuning() -> None:
     except ImportError:
         pass
     else:  # the Autotuner asks the driver for do_bench, which imports it at each call
-        _in_shared_lane(triton.testing, "do_bench")
+        _in_shared_lane(triton.testing, "do_bench", compile_first=True)
     try:
         from torch._inductor.runtime import benchmarking
     except ImportError:
@@ -121,13 +121,18 @@ def guard_backend(backend: str) -> None:
     _in_shared_lane(owner, method)
 
 
-def _in_shared_lane(owner, name: str) -> None:
-    """Replace ``owner.name`` by a function that calls it holding the shared lane (once)."""
+def _in_shared_lane(owner, name: str, compile_first: bool = False) -> None:
+    """Replace ``owner.name`` by a function that calls it holding the shared lane (once). ``compile_first``:
+    the benchmark's callable (its first argument) is called once before, outside the lane: a Triton
+    autotuner's first call of a config JIT-compiles it, seconds of host work that would otherwise hold
+    the lane and keep every timing waiting (one launch beside others' work, as the warm-up's)."""
     fn = getattr(owner, name)
     if getattr(fn, "popcorn_lane", False):
         return
 
     def shared(*args, **kwargs):
+        if compile_first and held is None and args and callable(args[0]):
+            args[0]()
         with hold(SHARED):
             return fn(*args, **kwargs)
     shared.popcorn_lane = True

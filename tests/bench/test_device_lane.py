@@ -190,9 +190,14 @@ def test_autotuners_benchmark_in_the_shared_lane(monkeypatch):
     lane.connect(mine)
     try:
         lane.guard_autotuning()
-        assert triton.testing.do_bench(lambda: None) == 1.0 and seen == [SHARED]
+        kernel_calls = []
+        call = lambda: kernel_calls.append(lane.held)  # noqa: E731 - a config's kernel call
+
+        assert triton.testing.do_bench(call) == 1.0 and seen == [SHARED]
+        assert kernel_calls == [None]  # its first call (the config's JIT compile) ran outside the lane
         with lane.hold(SHARED):  # inside a trial, the benchmark keeps the trial's hold
-            triton.testing.do_bench(lambda: None)
+            triton.testing.do_bench(call)
+        assert kernel_calls == [None]
         if hasattr(benchmarking, "set_gpu_benchmark_lock_context"):
             with benchmarking.maybe_gpu_benchmark_lock():
                 seen.append(lane.held)
