@@ -340,78 +340,87 @@ def measure(fn: Callable, arguments: dict, grad: bool, device: torch.device) -> 
     """Time forward, backward and the step of ``fn`` on ``arguments``; returns (timing columns, timer).
 
     Only the timed samples hold the device alone (:mod:`popcorn.bench.lane`): peak memory is counted
-    per process and host time is the CPU's, so other workers' trials may run beside them."""
+    per process and host time is the CPU's, so they run beside other workers' trials, with the warm-ups
+    and graph captures, in one shared hold: a pair waits for the lane twice, not once per step."""
     prime(device)
     step = Step(fn, arguments, grad)
+    pair = step.backward_pair() if grad else (None, None)
+    timer = CudaTimer(device) if device.type == "cuda" else None
     out: dict = {}
-    with lane.hold(lane.SHARED):
-        step.step() if grad else step.forward()  # lazy compiles and autotuning must not count as memory
-        out["fwd_mem_mb"] = peak_mb(step.forward, device)
-        if grad:
-            out["step_mem_mb"] = peak_mb(step.step, device)
-    timer_name = "cpu"
-    if device.type == "cuda":
-        samples, timer_name = _cuda_samples(CudaTimer(device), step, fn, arguments, grad)
-    else:
-        with lane.hold(lane.EXCLUSIVE):
-            samples = {"fwd": time_cpu(step.forward)}
+    graphs: dict = {}
+    try:
+        with lane.hold(lane.SHARED):
+            step.step() if grad else step.forward()  # lazy compiles and autotuning must not count as memory
+            out["fwd_mem_mb"] = peak_mb(step.forward, device)
             if grad:
-                samples["bwd"] = time_cpu(*reversed(step.backward_pair()))
-                samples["step"] = time_cpu(step.step)
+                out["step_mem_mb"] = peak_mb(step.step, device)
+            out["host_us"] = round(host_us(step.forward, device), 3)
+            if grad:  # what an eager training loop pays the host per call: ranks eager calls beside device time
+                out["step_host_us"] = round(host_us(step.step, device), 3)
+            if timer is not None:
+                graphs = _prepare(timer, step, pair, fn, arguments, grad)
+        if timer is not None:
+            samples, timer_name = _cuda_samples(timer, step, pair, graphs, grad)
+        else:
+            timer_name = "cpu"
+            with lane.hold(lane.EXCLUSIVE):
+                samples = {"fwd": time_cpu(step.forward)}
+                if grad:
+                    samples["bwd"] = time_cpu(*reversed(pair))
+                    samples["step"] = time_cpu(step.step)
+    finally:
+        _reset(graphs)
     for k, s in samples.items():
         out[f"{k}_ms"], out[f"{k}_q20_ms"], out[f"{k}_q80_ms"] = (round(v, 6) for v in quantiles(s))
-    with lane.hold(lane.SHARED):
-        out["host_us"] = round(host_us(step.forward, device), 3)
-        if grad:  # what an eager training loop pays the host per call: ranks eager calls beside device time
-            out["step_host_us"] = round(host_us(step.step, device), 3)
     return out, timer_name
 
 
-def _cuda_samples(timer: CudaTimer, step: Step, fn, arguments: dict, grad: bool) -> tuple[dict, str]:
-    """Graph replays for a forward (and step) shorter than GRAPH_BELOW_MS, per-call events otherwise and
-    for the backward (each needs a fresh forward) and wherever a graph cannot be captured.
-
-    Everything untimed (warm-ups, input copies, graph capture) runs beside other workers' trials; the
-    timed samples run in one exclusive hold, so a pair waits once for the device to drain."""
-    setup, call = step.backward_pair() if grad else (None, None)
+def _prepare(timer: CudaTimer, step: Step, pair: tuple, fn, arguments: dict, grad: bool) -> dict:
+    """The untimed side of CUDA timing, run beside other workers' trials: warm-ups, and graphs of a
+    forward (and step) short enough to replay (see :func:`_cuda_samples`); {} where none is captured."""
+    setup, call = pair
     graphs: dict = {}
-    with lane.hold(lane.SHARED):
-        timer.warm(step.forward)
-        if grad:
-            timer.warm(step.step)
-            timer.warm(call, setup)
-        rough = timer._estimate(step.forward)  # beside others' work: whether to capture, and graph sizes
-        if rough < 2 * GRAPH_BELOW_MS:
-            try:
-                steps = [Step(fn, arguments, grad) for _ in range(timer.copies(arguments))]
-                graphs["fwd"] = timer.capture([s.forward for s in steps], rough)
-                if grad:
-                    graphs["step"] = timer.capture([s.step for s in steps], timer._estimate(step.step))
-            except Exception:  # noqa: BLE001 - a kernel that syncs or allocates on the host cannot be captured
-                torch.cuda.synchronize(timer.device)
-                _reset(graphs)
+    timer.warm(step.forward)
+    if grad:
+        timer.warm(step.step)
+        timer.warm(call, setup)
+    rough = timer._estimate(step.forward)  # beside others' work: whether to capture, and graph sizes
+    if rough < 2 * GRAPH_BELOW_MS:
+        try:
+            steps = [Step(fn, arguments, grad) for _ in range(timer.copies(arguments))]
+            graphs["fwd"] = timer.capture([s.forward for s in steps], rough)
+            if grad:
+                graphs["step"] = timer.capture([s.step for s in steps], timer._estimate(step.step))
+        except Exception:  # noqa: BLE001 - a kernel that syncs or allocates on the host cannot be captured
+            torch.cuda.synchronize(timer.device)
+            _reset(graphs)
+    return graphs
+
+
+def _cuda_samples(timer: CudaTimer, step: Step, pair: tuple, graphs: dict, grad: bool) -> tuple[dict, str]:
+    """Graph replays for a forward (and step) shorter than GRAPH_BELOW_MS, per-call events otherwise and
+    for the backward (each needs a fresh forward) and wherever a graph cannot be captured or replayed.
+    The timed samples run in one exclusive hold, so a pair waits once for the device to drain."""
+    setup, call = pair
     samples: dict = {}
     name = "cuda-events"
-    try:
-        with lane.hold(lane.EXCLUSIVE):
-            est = timer._estimate(step.forward)
-            if graphs and est < GRAPH_BELOW_MS:
-                try:
-                    samples["fwd"] = timer.replay(graphs["fwd"], est)
-                    if grad:
-                        samples["step"] = timer.replay(graphs["step"], timer._estimate(step.step))
-                    name = "cuda-graph"
-                except Exception:  # noqa: BLE001 - a replay that fails is timed by events instead
-                    torch.cuda.synchronize(timer.device)
-                    samples.clear()
-            if name != "cuda-graph":
-                samples["fwd"] = timer.events(step.forward, warm=False)
+    with lane.hold(lane.EXCLUSIVE):
+        est = timer._estimate(step.forward)
+        if graphs and est < GRAPH_BELOW_MS:
+            try:
+                samples["fwd"] = timer.replay(graphs["fwd"], est)
                 if grad:
-                    samples["step"] = timer.events(step.step, warm=False)
+                    samples["step"] = timer.replay(graphs["step"], timer._estimate(step.step))
+                name = "cuda-graph"
+            except Exception:  # noqa: BLE001 - a replay that fails is timed by events instead
+                torch.cuda.synchronize(timer.device)
+                samples.clear()
+        if name != "cuda-graph":
+            samples["fwd"] = timer.events(step.forward, warm=False)
             if grad:
-                samples["bwd"] = timer.events(call, setup, warm=False)
-    finally:
-        _reset(graphs)
+                samples["step"] = timer.events(step.step, warm=False)
+        if grad:
+            samples["bwd"] = timer.events(call, setup, warm=False)
     return samples, name
 
 
