@@ -128,13 +128,15 @@ def usable(row: Record, op: Op, device: str) -> bool:
 
 
 def watchdog(op: Op, impl: str, planned: planning.Planned, timeout: float) -> float:
-    """Seconds a case may take: ``timeout`` is the floor of backends that compile on first use, others
-    get at most the reference's 60 s floor; both grow with the case's size. The reference is capped
-    at 60 s: a reference that needs longer is out of budget, not compiling."""
+    """Seconds a case may take: ``timeout`` is the floor of backends that compile on first use (their
+    family's ``first_call_s`` where larger), others get at most the reference's 60 s floor; both grow
+    with the case's size. The reference is capped at 60 s: a reference that needs longer is out of
+    budget, not compiling."""
     if impl == REFERENCE:
         return min(timeout, REFERENCE_TIMEOUT)
     grow = GROWTH_S_PER_GIB * planning.footprint(op, planned.case, planned.grad) / 2**30
-    floor = timeout if op[impl].backend.compiles else min(timeout, REFERENCE_TIMEOUT)
+    backend = op[impl].backend
+    floor = max(timeout, backend.first_call_s) if backend.compiles else min(timeout, REFERENCE_TIMEOUT)
     return floor + grow
 
 

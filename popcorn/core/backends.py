@@ -23,6 +23,10 @@ class Backend:
     extra: str | None = None
     # JIT-compiles on a first call (inductor, Triton): the fill's watchdog leaves room for that
     compiles: bool = True
+    # seconds a first call may take where compiling takes longer than a fill's --timeout (quack: CuTe DSL
+    # compiles every autotune config of a GEMM before its on-disk cache is warm); a false timeout would
+    # prune every larger case of the curve
+    first_call_s: float = 0.0
 
     @functools.cached_property
     def version(self) -> str | None:
@@ -72,7 +76,7 @@ BACKENDS: dict[str, Backend] = {
         Backend("popcorn", "triton", versions=">=3.3"),
         Backend("liger", "liger-kernel", "liger_kernel", ">=0.8,<0.9", "liger"),
         Backend("fla", "fla-core", "fla", ">=0.6,<0.7", "fla"),  # flash-linear-attention's kernels
-        Backend("quack", "quack-kernels", "quack", ">=0.6,<0.7", "quack"),
+        Backend("quack", "quack-kernels", "quack", ">=0.6,<0.7", "quack", first_call_s=900.0),
         # cuDNN's graph API through its frontend: norms as torch custom ops with autograd (cudnn.ops.norm)
         Backend("cudnn", "nvidia-cudnn-frontend", "cudnn", ">=1.32,<2", "cudnn"),
         Backend("unsloth", "unsloth", "unsloth", ">=2026.3", "unsloth"),

@@ -46,6 +46,8 @@ def test_watchdog_budgets_have_a_compile_floor_and_grow_with_the_case():
     assert watchdog(op, "torch", large, 300) == REFERENCE_TIMEOUT  # a slow reference is out of budget
     assert watchdog(op, "compile", small, 300) >= 300  # room for a first compile
     assert watchdog(op, "compile", large, 300) > watchdog(op, "compile", small, 300) + 60
+    assert watchdog(op, "quack", small, 300) >= 900  # CuTe DSL compiles every GEMM autotune config first
+    assert watchdog(op, "liger", small, 300) < 900
     sdpa = OPS["attn"]
     case = build(sdpa, {"batch": 1, "q_heads": 8, "kv_heads": 8, "seq": 128, "head_dim": 64}, "bfloat16",
                  {"is_causal": True, "scale": None}, ())
