@@ -8,6 +8,7 @@ from popcorn.bench import store
 from popcorn.core import Case
 from popcorn.kernels import OPS
 
+from .test_audit import WithOnly
 from .test_record import make
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -79,7 +80,10 @@ def test_uncovered_names_ops_without_a_passing_library():
     rows = crafted()
     names = {line[0]: line[1] for line in findings.uncovered(rows, OPS)}
     assert "rms_norm" not in names  # liger passes
-    assert names["softmax"] == libraries("softmax") and names["matmul"] == "no library adapter"
+    assert names["softmax"] == libraries("softmax") and names["matmul"] == libraries("matmul")
+    # an op no library covers says so
+    bare = WithOnly(OPS["matmul"], ["torch", "compile"])
+    assert findings.uncovered(rows, {"matmul": bare}) == [["matmul", "no library adapter"]]
     only_fla = [r for r in rows if r.impl != "liger"]
     assert findings.uncovered(only_fla, {"rms_norm": OP}) == [["rms_norm", libraries("rms_norm", fla="1 fail")]]
 
