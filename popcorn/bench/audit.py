@@ -7,8 +7,9 @@ have rows; with it, every registered implementation of every op that has rows.
 Always blocking:
 
 * ``missing``: the pair has no rows (only reachable with ``release``) though a case measured for the op
-  (any implementation's rows) is one it can run; where every measured case is gated for it (a
-  forward-only implementation on gradient cases, a static gate), the pair gets ``gated`` (a note);
+  (any implementation's rows) is one it can run; where the fill's static gates exclude it from every
+  measured case, the pair gets ``gated`` (a note; a forward-only implementation is never gated: the
+  fill measures its forward on gradient cases);
 * ``stale``: rows, but none whose ref_hash and impl_hash match today's code.
 
 Release gates (reported always where computed, blocking only with ``release``):
@@ -16,8 +17,8 @@ Release gates (reported always where computed, blocking only with ``release``):
 * ``no_pass``: current rows, none passes (computed always);
 * ``no_timing``: no current pass row carries a forward time;
 * ``curves``: a named curve of the op's case plan has fewer than 2 timed current pass points; a
-  curve whose every point the fill gates for the implementation (:func:`popcorn.bench.plan.gated`:
-  static gates, forward-only on gradient cases), or whose every attempted point is a ``skip``, is
+  curve whose every point the fill gates for the implementation (:func:`popcorn.bench.plan.gated`,
+  its static gates), or whose every attempted point is a ``skip``, is
   gated rather than short;
 * ``unclean``: current rows with status fail/crash/error or with a bench_error.
 
