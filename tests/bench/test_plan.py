@@ -247,7 +247,7 @@ def test_curves_only_keeps_every_curve_point_and_nothing_else(plans):
     assert {p.case.case_id for p in curves.cases} == ids and len(curves.cases) < len(plan.cases)
 
 
-def test_static_gates_and_forward_only_are_known_at_plan_time(plans):
+def test_static_gates_are_known_at_plan_time_and_forward_only_is_none(plans):
     from popcorn.bench.plan_view import summarize
 
     attn = OPS["attn"]
@@ -258,6 +258,8 @@ def test_static_gates_and_forward_only_are_known_at_plan_time(plans):
     summary = summarize(attn, BIG)
     assert summary.gated["sdpa:cudnn"] == sum(1 for p in plan.cases if p.case.dtype == "float32")
     assert summary.gated["torch"] == 0
+    # forward-only is not a gate: the fill measures fla's logsumexp forward on the gradient cases
+    assert all(p.grad for p in plans("logsumexp").cases) and summarize(OPS["logsumexp"], BIG).gated["fla"] == 0
 
 
 def test_attn_curves(plans):
