@@ -92,7 +92,7 @@ def _fill(args) -> int:
             with live or nullcontext():  # the server ends with the fill, however the fill ends
                 summary = fill(ops, backends=args.backend, limit=args.limit, force=args.force,
                                timeout=args.timeout, slice_spec=args.slice, trials=args.trials, device=args.device,
-                               curves=args.curves_only, strata=args.stratum,
+                               curves=args.curves_only, strata=args.stratum, points=args.points,
                                sink=ShardSink(args.out) if args.out else None, workers=args.workers, observer=live)
         except ValueError as e:
             print(f"popcorn bench fill: {e}", file=sys.stderr)
@@ -297,6 +297,9 @@ def _parser() -> argparse.ArgumentParser:
     f.add_argument("--device", help="cuda or cpu (default: cuda when available)")
     f.add_argument("--curves-only", action="store_true",
                    help="the named production and long-context curves alone (release fills)")
+    f.add_argument("--points", type=_positive, metavar="N",
+                   help="each named curve's N smallest points alone (curves only; 2 is what `bench check "
+                   "--release` needs, the cheapest release fill)")
     f.add_argument("--stratum", action="append", metavar="NAME",
                    help="only the plan's cases of this stratum (repeatable), e.g. production-bfloat16-grad; "
                    "--limit then samples among them (`bench plan OP --summary` lists the strata)")

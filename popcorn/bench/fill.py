@@ -32,10 +32,11 @@ SUMMARY_FILE = "fill-summary.json"  # what a fill into a shard directory leaves 
 def fill(ops: list[Op], *, backends: list[str] | None = None, limit: int | None = None, force: bool = False,
          timeout: float = 300.0, slice_spec: list[str] | None = None, trials: int = 10,
          device: str | None = None, curves: bool = False, strata: list[str] | None = None, out=sys.stderr,
-         sink: Sink | None = None, workers: int | None = None, observer: Observer | None = None) -> Summary:
+         sink: Sink | None = None, workers: int | None = None, observer: Observer | None = None,
+         points: int | None = None) -> Summary:
     """Measure the plan of each op for the reference and every installed backend; returns the Summary.
 
-    ``curves``: the named curves alone (a release fill). ``strata``: the plan's cases of these strata alone
+    ``curves``: the named curves alone (a release fill); ``points``: each curve's smallest points alone. ``strata``: the plan's cases of these strata alone
     (a sweep partition's). Pairs a static gate excludes are counted as ``gated`` and never reach the
     worker; a forward-only backend's forward is measured on gradient cases (its rows say ``grad=False``). ``sink``: where rows go and what
     counts as cached (default: the user cache). ``workers``: cases measured side by side (default:
@@ -46,7 +47,7 @@ def fill(ops: list[Op], *, backends: list[str] | None = None, limit: int | None 
         try:
             tasks = plan_tasks(ops, sink.cached, backends=backends, limit=limit, slice_spec=slice_spec,
                                curves=curves, strata=strata, force=force, timeout=timeout, trials=trials,
-                               device=device, out=out)
+                               device=device, points=points, out=out)
         except KeyboardInterrupt:
             return Summary(interrupted=True)
         import torch

@@ -143,12 +143,14 @@ def watchdog(op: Op, impl: str, planned: planning.Planned, timeout: float) -> fl
 def plan_tasks(ops: list[Op], cached: Cached | None = None, *, backends: list[str] | None = None,
                limit: int | None = None, slice_spec: list[str] | None = None, curves: bool = False,
                strata: list[str] | None = None, force: bool = False, timeout: float = 300.0, trials: int = 10,
-               device: str | None = None, budget: int | None = None, out=sys.stderr) -> Tasks:
+               device: str | None = None, budget: int | None = None, points: int | None = None,
+               out=sys.stderr) -> Tasks:
     """The fill's Tasks: each op's plan (``slice_spec``, ``curves``, ``strata``, ``limit`` as in ``bench
     fill``) for the reference and every installed backend, in plan order. Pairs ``cached`` already holds as
     reusable rows of this device and today's code (unless ``force``) and pairs a static gate
     excludes are skipped; a forward-only backend is measured forward only on gradient cases. ``strata``: only the plan's cases of these strata (``limit``
-    then samples among them); ValueError names a stratum no op could have. ``budget``: the device memory
+    then samples among them); ValueError names a stratum no op could have. ``points``: each curve's smallest
+    points alone (curves only). ``budget``: the device memory
     the plan fits cases to (default: the device's)."""
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     budget = device_bytes(dev) if budget is None else budget
@@ -156,7 +158,7 @@ def plan_tasks(ops: list[Op], cached: Cached | None = None, *, backends: list[st
     tasks = Tasks()
     for op in ops:
         impls = backends_for(op, backends, out, tasks.unavailable)
-        the_plan = _plan_of(op, budget, slice_spec, curves, limit, strata)
+        the_plan = _plan_of(op, budget, slice_spec, curves, limit, strata, points)
         if strata and not the_plan.cases:
             print(f"{op.name}: no planned case in {', '.join(strata)} on this device", file=out)
         held = {} if force or cached is None else _reusable(op, cached, device_name(dev), out)
@@ -186,14 +188,14 @@ def _check_strata(ops: list[Op], strata: list[str] | None) -> None:
 
 
 def _plan_of(op: Op, budget: int, slice_spec, curves: bool, limit: int | None,
-             strata: list[str] | None = None) -> planning.Plan:
+             strata: list[str] | None = None, points: int | None = None) -> planning.Plan:
     if slice_spec:
         axis, context = parse_slice(op, slice_spec)
         the_plan = planning.slice_cases(op, axis, context, budget)
     else:
         the_plan = planning.case_plan(op, budget)
-    if curves:
-        the_plan = planning.curves_only(the_plan)
+    if curves or points:
+        the_plan = planning.curves_only(the_plan, points)
     if strata:
         the_plan = planning.only_strata(the_plan, strata)
     if limit:

@@ -247,6 +247,15 @@ def test_curves_only_keeps_every_curve_point_and_nothing_else(plans):
     assert {p.case.case_id for p in curves.cases} == ids and len(curves.cases) < len(plan.cases)
 
 
+def test_curve_points_keep_each_curves_smallest_points_alone(plans):
+    plan = plans("softmax")
+    two = P.curves_only(plan, points=2)
+    want = {i for c in plan.curves for i in c.case_ids[:2]}
+    assert {p.case.case_id for p in two.cases} == want and len(two.cases) < len(P.curves_only(plan).cases)
+    assert [c.name for c in two.curves] == [c.name for c in plan.curves]  # every curve, each with 2 points
+    assert all(c.case_ids == full.case_ids[:2] for c, full in zip(two.curves, plan.curves))
+
+
 def test_static_gates_are_known_at_plan_time_and_forward_only_is_none(plans):
     from popcorn.bench.plan_view import summarize
 

@@ -14,7 +14,7 @@ from popcorn.bench import store
 from popcorn.bench.delta import ReportStore
 from popcorn.bench.runner import run
 from popcorn.bench.sinks import DeltaSink, ShardSink
-from popcorn.bench.tasks import Skip, Task, Tasks, plan_tasks
+from popcorn.bench.tasks import Skip, Task, Tasks, device_bytes, plan_tasks
 from popcorn.bench.worker import row_from
 
 from . import fill_ops
@@ -75,6 +75,15 @@ def test_strata_select_the_plan_cases_of_those_strata_and_limit_samples_among_th
     assert not none.steps and "toy_scale: no planned case in long-float32-fwd on this device" in out.getvalue()
     with pytest.raises(ValueError, match="no op named here has stratum 'production-float64-grad'"):
         plan_tasks([fill_ops.toy_scale], device="cpu", strata=["production-float64-grad"])
+
+
+def test_points_fill_each_curves_smallest_points_only():
+    from popcorn.bench import plan as planning
+
+    tasks = plan_tasks([fill_ops.toy_scale], device="cpu", trials=1, backends=["toy:good"], points=2)
+    plan = planning.case_plan(fill_ops.toy_scale, device_bytes(torch.device("cpu")))
+    want = {i for c in plan.curves for i in c.case_ids[:2]}
+    assert {t.case.case_id for t in tasks.todo} == want and len(want) < len(plan.cases)
 
 
 def test_a_backend_asked_for_but_not_installed_is_named_with_the_reason():

@@ -181,7 +181,10 @@ def _keeping(plan: Plan, cases: list[Planned]) -> Plan:
     return Plan(plan.op, cases, curves, plan.dropped)
 
 
-def curves_only(plan: Plan) -> Plan:
-    """The cases on named curves alone (what a release fill runs; coverage is sampled elsewhere)."""
-    ids = {i for c in plan.curves for i in c.case_ids}
-    return Plan(plan.op, [p for p in plan.cases if p.case.case_id in ids], list(plan.curves), plan.dropped)
+def curves_only(plan: Plan, points: int | None = None) -> Plan:
+    """The cases on named curves alone (what a release fill runs; coverage is sampled elsewhere).
+    ``points``: each curve's ``points`` smallest alone (MIN_CURVE_POINTS is what a release check needs: the
+    cheapest fill that can pass it)."""
+    curves = [replace(c, case_ids=c.case_ids[:points]) for c in plan.curves] if points else list(plan.curves)
+    ids = {i for c in curves for i in c.case_ids}
+    return Plan(plan.op, [p for p in plan.cases if p.case.case_id in ids], curves, plan.dropped)
