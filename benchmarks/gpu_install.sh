@@ -2,9 +2,9 @@
 # On the GPU machine (no network): install the carried wheel folders of benchmarks/gpu_wheels.sh into
 # /tmp/site, whichever have arrived in this call; run it in every call, it repeats nothing.
 #   .whl .whl2 .whl3   installed as they are (deltalake unpacked from .whl2/deltalake.tar.xz)
-#   .whl4a/b/c         quack's closure: the small wheels at once, the three parts of the CuTe DSL's CUDA 13
-#                      libraries kept in /tmp/parts (it outlives a call while the machine stays warm) and
-#                      installed once the last has come
+#   .whl4a .whl4b      quack's closure: the small wheels at once, the two parts of the CuTe DSL's CUDA 13
+#                      libraries (an xz tarball of the unpacked wheel) kept in /tmp/parts (it outlives a call
+#                      while the machine stays warm) and unpacked into /tmp/site once both have come
 # Then: export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,12 +16,9 @@ for d in .whl .whl2 .whl3 .whl4a; do
   if compgen -G "$d/*.whl" >/dev/null && [ ! -f "$parts/$d.done" ]; then pipi "$d"/*.whl && touch "$parts/$d.done"; fi
 done
 if [ -f .whl2/deltalake.tar.xz ] && [ ! -d "$site/deltalake" ]; then tar -xJf .whl2/deltalake.tar.xz -C "$site"; fi
-for d in .whl4a .whl4b .whl4c; do cp -n "$d"/cutlass-cu13.* "$parts"/ 2>/dev/null || true; done
-if [ ! -f "$parts/cu13.done" ] && [ -f "$parts/cutlass-cu13.name" ]; then
-  if [ -f "$parts/cutlass-cu13.part-aa" ] && [ -f "$parts/cutlass-cu13.part-ab" ] && [ -f "$parts/cutlass-cu13.part-ac" ]; then
-    wheel="$parts/$(cat "$parts/cutlass-cu13.name")"
-    cat "$parts"/cutlass-cu13.part-a? > "$wheel"
-    pipi "$wheel" && touch "$parts/cu13.done" && rm -f "$wheel" "$parts"/cutlass-cu13.part-a?
-  fi
+for d in .whl4a .whl4b; do cp -n "$d"/cutlass-cu13.tar.xz.part-* "$parts"/ 2>/dev/null || true; done
+if [ ! -f "$parts/cu13.done" ] && [ -f "$parts/cutlass-cu13.tar.xz.part-aa" ] && [ -f "$parts/cutlass-cu13.tar.xz.part-ab" ]; then
+  cat "$parts"/cutlass-cu13.tar.xz.part-a? | xz -d | tar -xf - -C "$site" && touch "$parts/cu13.done" &&
+    rm -f "$parts"/cutlass-cu13.tar.xz.part-a?
 fi
 echo "gpu_install: $(ls "$parts" | tr '\n' ' ')"

@@ -2,9 +2,10 @@
 # The wheels a GPU machine without network needs, for Python 3.12 on x86-64, in two carried folders:
 #   .whl/   liger-kernel, fla-core (the kernel libraries the fills measure)
 #   .whl3/  nvidia-cudnn-frontend (the cudnn family; its CuTe DSL dependency is for other kernels, left out)
-#   .whl4a/ .whl4b/ .whl4c/  quack-kernels and CUTLASS's CuTe DSL: nvidia-cutlass-dsl-libs-cu13 (92 MB) is split
-#           in three parts, one folder per call (the machine keeps /tmp between warm calls);
-#           benchmarks/gpu_install.sh installs what has arrived and assembles the parts once all are there
+#   .whl4a/ .whl4b/  quack-kernels and CUTLASS's CuTe DSL: nvidia-cutlass-dsl-libs-cu13 (a 92 MB wheel, 227 MB
+#           unpacked) is unpacked, xz-compressed (64 MB) and split in two parts, one folder per call (the machine
+#           keeps /tmp between warm calls); benchmarks/gpu_install.sh installs what has arrived and unpacks the
+#           libraries once both parts are there. .whl3 and .whl4a fit one call beside the tree, .whl4b the next
 #   .whl2/  dagster and what it needs beyond the GPU image's packages, and deltalake unpacked and
 #           xz-compressed (its 52 MB wheel would not fit one call's 64 MiB beside the tree)
 # .whl2 (50 MB) fits one call beside the tree and .whl, not beside .whl3 too: carry what the call needs.
@@ -15,7 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 grep -qx '/.whl/' .git/info/exclude 2>/dev/null || printf '/.whl/\n/.whl2/\n/.whl3/\n' >> .git/info/exclude
 grep -qx '/.whl3/' .git/info/exclude || printf '/.whl3/\n' >> .git/info/exclude
-grep -qx '/.whl4a/' .git/info/exclude || printf '/.whl4a/\n/.whl4b/\n/.whl4c/\n' >> .git/info/exclude
+grep -qx '/.whl4a/' .git/info/exclude || printf '/.whl4a/\n/.whl4b/\n' >> .git/info/exclude
 get() {
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
@@ -41,17 +42,16 @@ if [ ! -f .whl2/deltalake.tar.xz ]; then
 fi
 # quack's closure less what the GPU image has (cuda-bindings, protobuf, einops, typing-extensions); the
 # CuTe DSL's CUDA 13 libraries match the image's torch (cu130)
-if [ ! -f .whl4c/cutlass-cu13.part-ac ]; then
-  mkdir -p .whl4a .whl4b .whl4c
+if [ ! -f .whl4b/cutlass-cu13.tar.xz.part-ab ]; then
+  mkdir -p .whl4a .whl4b
   get .whl4a 'quack-kernels>=0.6,<0.7' nvidia-cutlass-dsl==4.8.1 nvidia-cutlass-dsl-libs-base==4.8.1 \
     nvidia-cutlass-dsl-libs-core==4.8.1 'apache-tvm-ffi>=0.1.6,<0.2' torch-c-dlpack-ext
   tmp=$(mktemp -d)
   get "$tmp" nvidia-cutlass-dsl-libs-cu13==4.8.1
-  (cd "$tmp" && ls nvidia_cutlass_dsl_libs_cu13-*.whl > NAME && split -n 3 -d -a 1 nvidia_cutlass_dsl_libs_cu13-*.whl part-)
-  mv "$tmp/NAME" .whl4a/cutlass-cu13.name
-  mv "$tmp/part-0" .whl4a/cutlass-cu13.part-aa
-  mv "$tmp/part-1" .whl4b/cutlass-cu13.part-ab
-  mv "$tmp/part-2" .whl4c/cutlass-cu13.part-ac
+  (cd "$tmp" && mkdir x && cd x && unzip -q ../nvidia_cutlass_dsl_libs_cu13-*.whl && tar -cf - . | xz -T0 -9e > ../cu13.tar.xz)
+  (cd "$tmp" && split -n 2 -d -a 1 cu13.tar.xz part-)
+  mv "$tmp/part-0" .whl4a/cutlass-cu13.tar.xz.part-aa
+  mv "$tmp/part-1" .whl4b/cutlass-cu13.tar.xz.part-ab
   rm -rf "$tmp"
 fi
-du -sh .whl .whl2 .whl3 .whl4a .whl4b .whl4c
+du -sh .whl .whl2 .whl3 .whl4a .whl4b
