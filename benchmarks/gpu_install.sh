@@ -5,13 +5,20 @@
 #   .whl4a .whl4b      quack's closure: the small wheels at once, the two parts of the CuTe DSL's CUDA 13
 #                      libraries (an xz tarball of the unpacked wheel) kept in /tmp/parts (it outlives a call
 #                      while the machine stays warm) and unpacked into /tmp/site once both have come
-# Then: export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH
+# Then: . benchmarks/gpu_env.sh (PYTHONPATH and PATH for /tmp/site, its .pth files included)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 site=/tmp/site parts=/tmp/parts
 mkdir -p "$site" "$parts"
-pipi() { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" "$@" \
-  >/dev/null 2>&1 || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" "$@"; }
+# each folder into a fresh target, then merged: `pip install --target` into a non-empty folder replaces its
+# top-level folders, bin/ included, so a later call's wheels would delete an earlier call's scripts
+# (dagster-daemon, which a sweep resumed in that later call needs)
+pipi() {
+  local t; t=$(mktemp -d)
+  { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$t" "$@" >/dev/null 2>&1 ||
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$t" "$@"; } &&
+    cp -a "$t"/. "$site"/ && rm -rf "$t"
+}
 for d in .whl .whl2 .whl3 .whl4a; do
   if compgen -G "$d/*.whl" >/dev/null && [ ! -f "$parts/$d.done" ]; then pipi "$d"/*.whl && touch "$parts/$d.done"; fi
 done

@@ -9,9 +9,8 @@
 #   .whl2/  dagster and what it needs beyond the GPU image's packages, and deltalake unpacked and
 #           xz-compressed (its 52 MB wheel would not fit one call's 64 MiB beside the tree)
 # .whl2 (50 MB) fits one call beside the tree and .whl, not beside .whl3 too: carry what the call needs.
-# Usage: benchmarks/gpu_wheels.sh; then on the machine, with .whl and .whl2 carried:
-#   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl .whl2/*.whl &&
-#   tar -xJf .whl2/deltalake.tar.xz -C /tmp/site && export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH
+# Usage: benchmarks/gpu_wheels.sh; then in each call on the machine, with what it needs carried:
+#   bash benchmarks/gpu_install.sh && . benchmarks/gpu_env.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 grep -qx '/.whl/' .git/info/exclude 2>/dev/null || printf '/.whl/\n/.whl2/\n/.whl3/\n' >> .git/info/exclude

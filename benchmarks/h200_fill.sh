@@ -5,7 +5,7 @@
 # The wheel folders carried in this call (benchmarks/gpu_wheels.sh) are installed into /tmp/site first.
 set -u
 bash "$(dirname "$0")/gpu_install.sh"
-export PYTHONPATH=/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH} PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1
+. "$(dirname "$0")/gpu_env.sh"
 export POPCORN_CACHE_DIR=$PWD/.gpu/cache
 mkdir -p "$POPCORN_CACHE_DIR" "${OUT:=/tmp/out}"
 nvidia-smi --query-gpu=name,memory.total,clocks.sm --format=csv,noheader

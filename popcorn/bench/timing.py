@@ -180,13 +180,16 @@ def prime(device: torch.device, timeout_s: float = 30.0) -> bool:
 
 
 class Graph:
-    """A captured CUDA graph and how many calls one replay makes."""
+    """A captured CUDA graph, how many calls one replay makes, and what it reads: a replay reads and writes
+    the addresses captured, so the input copies must live as long as the graph (freed, the allocator hands
+    their memory to other tensors, and replays time garbage: an index read from it trips a device assert)."""
 
-    def __init__(self, graph, calls: int):
-        self.graph, self.calls = graph, calls
+    def __init__(self, graph, calls: int, keep=()):
+        self.graph, self.calls, self.keep = graph, calls, keep
 
     def reset(self) -> None:
         self.graph.reset()  # its memory pool goes back before the next capture
+        self.keep = ()
 
 
 class CudaTimer:
@@ -277,7 +280,7 @@ class CudaTimer:
                 calls[i % len(calls)]()
         g.replay()
         torch.cuda.synchronize(self.device)
-        return Graph(g, per_graph)
+        return Graph(g, per_graph, keep=calls)  # bound methods of the Steps: their input copies stay alive
 
     def replay(self, graph: "Graph", est_ms: float) -> list[float]:
         """Per-call milliseconds of ``graph``, one sample per replay."""

@@ -73,3 +73,39 @@ def test_prime_opens_another_context_on_the_device():
     torch.ones(1, device=dev)
     timing._primed.discard(dev)
     assert timing.prime(dev) is True
+
+
+def test_graph_replays_read_live_inputs_after_the_capture_returns():
+    # graphs are captured in one function and replayed in another: the input copies they read must outlive
+    # the capture (freed, the allocator reuses their memory and a replayed gather reads garbage indices)
+    import gc
+
+    from popcorn.bench.timing import CudaTimer, Step
+
+    timer = CudaTimer(torch.device("cuda"))
+    logits = torch.randn(64, 1000, device="cuda")
+    target = torch.randint(0, 1000, (64,), device="cuda")
+
+    def pick(logits, target):
+        return logits.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+    steps = [Step(pick, {"logits": logits, "target": target}, False) for _ in range(3)]
+    graph = timer.capture([s.forward for s in steps], 0.01)
+    out = steps[0].forward()
+    del steps
+    gc.collect()
+    junk = [torch.full((64,), 10**9, dtype=torch.int64, device="cuda") for _ in range(64)]  # reuse freed blocks
+    graph.graph.replay()
+    torch.cuda.synchronize()  # raises here when a replay gathered with a garbage index
+    assert torch.equal(out, pick(logits, target)) and len(junk) == 64
+
+
+def test_cross_entropy_reference_times_on_graphs_without_a_device_assert():
+    from popcorn.bench.plan import case_plan
+    from popcorn.core.inputs import make_inputs
+    from popcorn.kernels import cross_entropy
+
+    case = next(p.case for p in case_plan(cross_entropy, 80 * 2**30).cases if p.case.dims["tokens"] <= 8)
+    args = make_inputs(cross_entropy, case, seed=0, device="cuda")
+    timing, timer = measure(lambda **a: cross_entropy.reference(**a), args, True, torch.device("cuda"))
+    torch.cuda.synchronize()
+    assert timer == "cuda-graph" and timing["fwd_ms"] > 0 and timing["step_ms"] > 0
