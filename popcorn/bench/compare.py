@@ -314,6 +314,9 @@ def _trial(ref: Truth, candidate: Callable, trial: int, trials: int, grad: bool,
     try:
         with poison, (torch.enable_grad() if grad else torch.no_grad()):
             mine = outputs_of(candidate(**mine_args))
+    except ImportError as e:  # a library installed in part (its metadata there, a module of it missing)
+        free_memory()
+        return ERROR, f"import: {describe(e)} (the backend's package does not import here: a broken install)"
     except Exception as e:  # noqa: BLE001
         free_memory()
         return OOM if is_oom(e) else CRASH, describe(e)

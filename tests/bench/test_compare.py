@@ -71,6 +71,16 @@ def test_raising_implementation_is_a_crash():
     assert r.reason == "RuntimeError: CUDA error: misaligned address"
 
 
+def test_a_library_that_does_not_import_is_an_error_not_a_crash():
+    # quack's metadata installed without the CuTe DSL's `cutlass`: the environment's fault, measured again
+    # once fixed (an error row is never reused), not a verdict on the kernel
+    def mine(x, weight, eps):
+        import cutlass_not_installed_here  # noqa: F401
+    r = check(ref, mine, draw_for(rms_norm, CASE), trials=2, grad=False)
+    assert r.status == "error"
+    assert r.reason.startswith("import: ModuleNotFoundError: No module named 'cutlass_not_installed_here'")
+
+
 def test_raising_reference_is_an_error_not_a_crash():
     def broken(x, weight, eps):
         raise ValueError("bad reference")
