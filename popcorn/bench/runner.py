@@ -309,19 +309,25 @@ class Slot:
             threads = max(1, (os.cpu_count() or 2) // workers) if workers > 1 else None
             self.worker = Worker(torch.device(task.device), runner.sink.sentinels, self.index, runner.arbiter,
                                  threads)
+            runner.summary.spent({"startup": self.worker.startup_s})
         worker = self.worker  # the main thread may take self.worker away when the fill stops
+        t0 = time.monotonic()
         try:
             row_dict, ok, phases = worker.run({**task.message(), "last": last}, task.budget_s)
         except TimeoutError:
             if runner.stop.is_set():
                 raise Closed("the fill is stopping") from None
             self.stop_worker(kill=True)
+            runner.summary.spent({"lost": time.monotonic() - t0}, task.impl)  # its phase clocks died with it
             return self.failed(task, TIMEOUT, f"no result within {task.budget_s:.0f} s")
         except (EOFError, ConnectionError, OSError):
             if runner.stop.is_set():
                 raise Closed("the fill is stopping") from None
             self.worker = None
-            return worker.death_row()
+            row = worker.death_row()
+            if row is not None:
+                runner.summary.spent({"lost": time.monotonic() - t0}, task.impl)
+            return row
         runner.summary.spent(phases, task.impl)
         if not ok:  # the case left the CUDA context unusable: start afresh
             self.stop_worker(kill=True)

@@ -19,7 +19,10 @@ from .record import STATUSES, Record
 if TYPE_CHECKING:
     from .tasks import Task, Tasks
 
-PHASES = ("warmup", "truth", "trials", "timing", "wait")
+# worker seconds by what they went to: a task's phases (its worker's clocks), "startup" (a worker's spawn and
+# imports, until it takes tasks) and "lost" (tasks whose worker was killed or died: a timeout, a crash);
+# breakdown()'s "idle" is the rest (slots with no case left to take, the pipe)
+PHASES = ("warmup", "truth", "trials", "timing", "wait", "startup", "lost")
 
 # progress(task, row, summary) after each task taken: ``row`` is the measured Record, None when pruned
 Progress = Callable[["Task", "Record | None", "Summary"], None]
@@ -73,11 +76,11 @@ class Summary:
 
     def breakdown(self) -> dict:
         """Wall seconds, pairs per minute, the timing lane's busy fraction and worker seconds by phase
-        (``other``: worker starts, the pipe, idle slots)."""
+        (PHASES, and ``idle``: slots with no case to take, the pipe)."""
         wall = time.monotonic() - self.started
         busy = self.busy_s if self.busy_s is not None else self.phases.get("timing", 0.0)
         phases = {k: self.phases.get(k, 0.0) for k in PHASES}
-        phases["other"] = max(0.0, self.workers * wall - sum(phases.values()))
+        phases["idle"] = max(0.0, self.workers * wall - sum(phases.values()))
         return {"wall_s": wall, "pairs_per_min": self.measured / (wall / 60) if wall > 0 else 0.0,
                 "busy_s": busy, "busy_fraction": busy / wall if wall > 0 else 0.0, "workers": self.workers,
                 "phases": phases, "per_pair": self.per_pair()}

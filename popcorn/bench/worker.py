@@ -200,11 +200,13 @@ class Worker:
         self.sentinel = sentinel_dir / f"sentinel-{os.getpid()}-{time.monotonic_ns()}.json"
         self.proc = ctx.Process(target=serve, args=(child, str(self.sentinel), self.device, arbiter is not None,
                                                     compile_threads, self.shared_lanes), daemon=True)
+        t0 = time.monotonic()
         self.proc.start()
         child.close()
         if not self.conn.poll(600) or self.conn.recv()[0] != "ready":
             self.kill()
             raise RuntimeError("the fill worker did not start within 600 s")
+        self.startup_s = time.monotonic() - t0  # spawn, imports, CUDA context: what a fresh worker costs
 
     def run(self, task: dict, timeout: float):
         """(record dict, device ok, phase seconds) or raises TimeoutError / EOFError (worker died).

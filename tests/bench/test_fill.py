@@ -59,6 +59,11 @@ def test_a_hang_costs_one_timeout_row_and_prunes_larger_cases(workers):
     assert pruned > 0 and len(hung) + pruned == len(rows("torch"))
     assert all(int(r.config.split('"hidden": ')[1].split("}")[0].split(",")[0]) < 33
                for r in hung if r.status == "pass")
+    # where the worker time went: the hang's watchdog as lost time of its backend, each worker's start
+    b = summary.breakdown()
+    hang = b["per_pair"]["toy:hang"]
+    assert hang["lost"] * hang["pairs"] >= 20 and b["phases"]["lost"] >= 20  # at least the 20 s watchdog
+    assert b["phases"]["startup"] > 0 and "idle" in b["phases"] and "lost" in summary.table()
 
 
 @workers
