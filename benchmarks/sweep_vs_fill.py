@@ -76,6 +76,8 @@ def sweep(args, work: Path, env: dict) -> dict:
         argv += ["--limit", str(args.limit)]
     if args.phases:
         argv += ["--phases", *args.phases]
+    if args.resume:  # the sweep an earlier call left in --work: what it did not finish, on the same instance
+        argv = ["sweep", "resume", "--watch"]
     t0 = time.time()
     log = open(work / "sweep.log", "w")
     proc = popcorn(argv, env, stdout=log, stderr=subprocess.STDOUT)
@@ -145,13 +147,15 @@ def main() -> int:
     ap.add_argument("--fill-seconds", type=float, default=120, help="0: no fill")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--work", type=Path, help="keep the Dagster instance, store and shards here (default: a "
-                    "fresh temporary folder): on a machine kept warm, the next call can `popcorn sweep resume` "
-                    "with DAGSTER_HOME=WORK/home POPCORN_STORE=WORK/store")
+                    "fresh temporary folder): on a machine kept warm, the next call can `--resume` it")
+    ap.add_argument("--resume", action="store_true", help="resume the sweep --work holds (`popcorn sweep resume "
+                    "--watch` for --sweep-seconds) instead of submitting one; pairs count from this call's start")
     args = ap.parse_args()
     work = (args.work or Path(tempfile.mkdtemp(prefix="popcorn-sweep-vs-fill-"))).resolve()  # DAGSTER_HOME must be absolute
-    if args.work and (work / "home").exists():
-        ap.error(f"--work {work} already holds a sweep: resume it with `popcorn sweep resume` "
-                 f"(DAGSTER_HOME={work / 'home'}), or name an empty folder")
+    if args.resume and not (args.work and (work / "home").exists()):
+        ap.error("--resume needs --work naming the folder of an earlier call's sweep")
+    if args.work and (work / "home").exists() and not args.resume:
+        ap.error(f"--work {work} already holds a sweep: add --resume to finish it, or name an empty folder")
     work.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "DAGSTER_HOME": str(work / "home"), "POPCORN_STORE": str(work / "store"),
            "POPCORN_CACHE_DIR": str(work / "cache"), "POPCORN_SWEEP_FILLS_PER_GPU": str(args.fills_per_gpu)}
