@@ -68,7 +68,9 @@ def stop(proc: subprocess.Popen, sig=signal.SIGINT, grace: float = 60) -> None:
             proc.wait()
 
 
-def sweep(args, work: Path, env: dict) -> dict:
+def submit_argv(args) -> list[str]:
+    if args.resume:  # the sweep an earlier call left in --work: what it did not finish, on the same instance
+        return ["sweep", "resume", "--watch"]
     argv = ["sweep", "submit", "--local", "--ops", *args.ops, "--watch"] + (["--curves-only"] if args.curves_only else [])
     if args.strata:
         argv += ["--strata", *args.strata]
@@ -76,8 +78,11 @@ def sweep(args, work: Path, env: dict) -> dict:
         argv += ["--limit", str(args.limit)]
     if args.phases:
         argv += ["--phases", *args.phases]
-    if args.resume:  # the sweep an earlier call left in --work: what it did not finish, on the same instance
-        argv = ["sweep", "resume", "--watch"]
+    return argv
+
+
+def sweep(args, work: Path, env: dict) -> dict:
+    argv = submit_argv(args)
     t0 = time.time()
     log = open(work / "sweep.log", "w")
     proc = popcorn(argv, env, stdout=log, stderr=subprocess.STDOUT)

@@ -36,8 +36,8 @@ def fill(ops: list[Op], *, backends: list[str] | None = None, limit: int | None 
          points: int | None = None) -> Summary:
     """Measure the plan of each op for the reference and every installed backend; returns the Summary.
 
-    ``curves``: the named curves alone (a release fill); ``points``: each curve's smallest points alone. ``strata``: the plan's cases of these strata alone
-    (a sweep partition's). Pairs a static gate excludes are counted as ``gated`` and never reach the
+    ``curves``: the named curves alone (a release fill); ``points``: each curve's smallest points alone.
+    ``strata``: the plan's cases of these strata alone (a sweep partition's). Pairs a static gate excludes are counted as ``gated`` and never reach the
     worker; a forward-only backend's forward is measured on gradient cases (its rows say ``grad=False``). ``sink``: where rows go and what
     counts as cached (default: the user cache). ``workers``: cases measured side by side (default:
     :func:`default_workers` for the device). ``observer``: follows the fill (the live stream): the plan,
