@@ -11,7 +11,8 @@
    each run's forward (and step) median to the first serial run's; parallel timings agree when their
    ratios spread no wider than the serial repeat's.
 
-Every fill writes to a fresh shard directory (nothing cached). Prints tables, per backend the worker
+Every fill writes to a fresh shard directory (no row is reused); ``--again`` repeats the throughput run with
+the compile caches that the first one left. Prints tables, per backend the worker
 seconds per pair by phase too; ``--json`` keeps them. ``--mps`` runs every fill under CUDA MPS.
 """
 
@@ -134,6 +135,8 @@ def main() -> int:
     ap.add_argument("--skip-throughput", action="store_true")
     ap.add_argument("--seconds", type=float, help="stop the throughput run after this long (as Ctrl-C would) and "
                     "report what it measured: a device time limit then costs nothing")
+    ap.add_argument("--again", type=float, metavar="SECONDS", help="then fill the same plan again into fresh shards "
+                    "for this long: the same work with inductor's and Triton's caches warm (what compiles cost)")
     ap.add_argument("--json", type=Path, help="write the results here")
     ap.add_argument("--keep", type=Path, help="copy each run's shards here (DIR/<run>/<op>.jsonl): evidence to merge")
     ap.add_argument("--mps", action="store_true", help="run the parallel fills under CUDA MPS (started here as "
@@ -193,6 +196,12 @@ def main() -> int:
             stop.start()
         done(one_fill(args.ops, args.limit, args.workers, args.trials, root, f"parallel-{args.workers}"))
         stop.cancel()
+        if args.again:
+            stop = threading.Timer(args.again, os.kill, (os.getpid(), signal.SIGINT))
+            stop.daemon = True
+            stop.start()
+            done(one_fill(args.ops, args.limit, args.workers, args.trials, root, f"parallel-{args.workers}-warm"))
+            stop.cancel()
     return 0
 
 
