@@ -151,6 +151,10 @@ def serve(conn, sentinel: str, device: str, lanes: bool = False, compile_threads
     across processes (other fills on the device), the supervisor told when each is held."""
     if compile_threads:  # workers compiling side by side share the host's cores
         os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = str(compile_threads)
+        torch.set_num_threads(compile_threads)
+    # a library's autotuned kernel (fla's) benchmarks its configs once per key on this machine, not once
+    # per worker process: Triton keeps the timings beside its compiled kernels (set 0 to tune in each)
+    os.environ.setdefault("TRITON_CACHE_AUTOTUNING", "1")
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the supervisor's: it stops and kills workers
     signal.signal(signal.SIGTERM, _leave_later)
     dev = torch.device(device)
