@@ -41,11 +41,14 @@ class ReportStore:
 
     def __init__(self, uri: str | None = None):
         self.uri = uri or location()
+        self._creating = False
 
     def exists(self) -> bool:
         """Whether a store is there, damaged or not (a damaged one must never be created over)."""
         root = damage.local_path(self.uri)
         if root is not None:
+            if not self._creating and damage.log_problems(root):
+                self._await_creation(root)
             return (root / "_delta_log").is_dir() or bool(damage.log_problems(root))
         from deltalake import DeltaTable
 
@@ -146,15 +149,28 @@ class ReportStore:
             write_deltalake(self.uri, batch, partition_by=["op"], mode="error")
             return True
         root.parent.mkdir(parents=True, exist_ok=True)
-        with open(root.parent / f".{root.name}.create.lock", "a") as lock:
+        with open(_creation_lock(root), "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
+            self._creating = True  # exists() must not wait on the lock this process holds
             try:
                 if self.exists():
                     return False
                 write_deltalake(self.uri, batch, partition_by=["op"], mode="error")
                 return True
             finally:
+                self._creating = False
                 fcntl.flock(lock, fcntl.LOCK_UN)
+
+    @staticmethod
+    def _await_creation(root) -> None:
+        """Wait out a creation another process has under way. Until its first commit lands, a table being
+        created holds data files and no (or an empty) ``_delta_log``: damage to anyone who looks then."""
+        try:
+            with open(_creation_lock(root), "r") as lock:
+                fcntl.flock(lock, fcntl.LOCK_SH)
+                fcntl.flock(lock, fcntl.LOCK_UN)
+        except OSError:  # no lock file (never created by popcorn here) or not readable: nothing to wait for
+            pass
 
     def scrub_incomplete(self) -> int:
         """Delete rows scheduled but never measured (the sentinel reason); returns how many."""
@@ -166,6 +182,10 @@ class ReportStore:
     def compact(self) -> None:
         """Rewrite small files (also makes string columns homogeneous again)."""
         self.table().optimize.compact()
+
+
+def _creation_lock(root):
+    return root.parent / f".{root.name}.create.lock"
 
 
 def _is_conflict(e: Exception) -> bool:

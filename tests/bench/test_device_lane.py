@@ -228,6 +228,15 @@ class ConfigTimer:
         return [1.0]
 
 
+def _answer_lane_requests(supervisor):
+    try:
+        for m in iter(supervisor.recv, None):
+            if m == ("lane", SHARED):
+                supervisor.send("go")
+    except (EOFError, OSError):  # the test closed the pipe: nothing more to answer
+        pass
+
+
 def test_a_library_autotuner_is_guarded_once_its_backend_runs(monkeypatch):
     import multiprocessing as mp
 
@@ -239,8 +248,7 @@ def test_a_library_autotuner_is_guarded_once_its_backend_runs(monkeypatch):
     lane.guard_backend("toylib")  # outside a fill's worker: nothing changes
     assert not getattr(ConfigTimer._bench, "popcorn_lane", False)
     mine, supervisor = mp.Pipe()
-    threading.Thread(target=lambda: [supervisor.send("go") for m in iter(supervisor.recv, None)
-                                     if m == ("lane", SHARED)], daemon=True).start()
+    threading.Thread(target=_answer_lane_requests, args=(supervisor,), daemon=True).start()
     lane.connect(mine)
     try:
         monkeypatch.setattr(lane, "_guarding", True)

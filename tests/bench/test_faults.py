@@ -4,9 +4,12 @@ Real processes and a real Delta table throughout; nothing is mocked.
 """
 
 import json
+import fcntl
 import os
+import shutil
 import subprocess
 import sys
+import threading
 import warnings
 
 import pytest
@@ -115,6 +118,7 @@ def _snapshot(root):
     ("truncated data file", "bytes, its commit says"),
     ("missing middle commit", "00000000000000000001.json"),
     ("missing first commit", "00000000000000000000.json"),
+    ("deleted log", "holds data files but no _delta_log"),  # no creation under way: damage, not a race
 ])
 def test_a_damaged_store_is_named_with_the_way_out_and_never_written(env, tmp_path, damage, says):
     root = tmp_path / "store"
@@ -123,6 +127,8 @@ def test_a_damaged_store_is_named_with_the_way_out_and_never_written(env, tmp_pa
         data = sorted(root.rglob("*.parquet"))[0]
         with open(data, "r+b") as f:
             f.truncate(64)
+    elif damage == "deleted log":
+        shutil.rmtree(root / "_delta_log")
     else:
         (root / "_delta_log" / f"{0 if 'first' in damage else 1:020d}.json").unlink()
     before = _snapshot(root)
@@ -194,6 +200,36 @@ def _publisher(worker, rounds, barrier, results, root, uri):
             results.put((r, worker, "published"))
         except PublishRefused as e:
             results.put((r, worker, str(e)))
+
+
+def test_a_merge_waits_out_a_creation_under_way_instead_of_calling_it_damage(tmp_path):
+    # Another writer holds the creation lock and has written a data file but no commit yet: the state a
+    # racing merge can see for a moment (CI saw it once in 40 rounds above). The merge must wait, then merge.
+    from deltalake import write_deltalake
+
+    from popcorn.bench.record import to_arrow
+
+    root = tmp_path / "store"
+    (root / "op=rms_norm").mkdir(parents=True)
+    (root / "op=rms_norm" / "part-under-way.parquet").write_bytes(b"PAR1 not yet committed")
+    outcome = []
+    with open(tmp_path / ".store.create.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        merging = threading.Thread(target=lambda: outcome.append(_merge_or_error(root, [make(case_id="late")])))
+        merging.start()
+        merging.join(2)  # time to look at the half-created store (it waits, or without the lock fails at once)
+        write_deltalake(str(root), to_arrow([make(case_id="first")]), partition_by=["op"], mode="error")
+        fcntl.flock(lock, fcntl.LOCK_UN)
+    merging.join(120)
+    assert outcome and not isinstance(outcome[0], Exception), outcome
+    assert sorted(r.case_id for r in ReportStore(str(root)).read()) == ["first", "late"]
+
+
+def _merge_or_error(root, rows):
+    try:
+        return ReportStore(str(root)).merge(rows)
+    except Exception as e:  # noqa: BLE001 - the test reports it
+        return e
 
 
 def test_two_publishers_of_one_version_exactly_one_wins(tmp_path):
