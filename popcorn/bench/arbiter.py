@@ -106,6 +106,10 @@ class Arbiter:
             return
         with self._cv:
             want = self.memory if solo else min(nbytes, self.memory)
+            # A re-reservation (an OOM retried alone) gives up the slot's memory while it waits: kept, it
+            # would deadlock against a case queued ahead that needs that memory.
+            if self._reserved.pop(slot, None):
+                self._cv.notify_all()
             ticket = object()
             self._queue.append(ticket)
             try:

@@ -147,11 +147,12 @@ class DeviceMemory:
         """Block until ``nbytes`` (at most ``capacity`` in all) are ``name``'s; False when ``closed()``
         turned true first (the fill is stopping: nothing reserved)."""
         with self._ledger() as book:
+            book["held"].pop(name, None)  # a re-reservation waits holding nothing (see Arbiter.reserve)
             book["waiting"].append(name)
         while True:
             with self._ledger() as book:
                 first = book["waiting"][0] if book["waiting"] else None
-                others = sum(b for k, b in book["held"].items() if k != name)  # a re-reservation replaces its own
+                others = sum(book["held"].values())
                 if first == name and others + nbytes <= capacity:
                     book["waiting"].pop(0)
                     book["held"][name] = nbytes

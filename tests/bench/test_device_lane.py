@@ -129,6 +129,19 @@ def test_memory_is_granted_in_the_order_asked_and_only_where_it_fits(tmp_path):
     assert solo.wait(10) and memory.held() == {f"{pid}-1": 100}
 
 
+def test_a_re_reservation_waits_holding_nothing(tmp_path):
+    # the ledger's side of an OOM retried alone (test_parallel has the arbiter's): another fill's case
+    # queued for this reservation's memory goes first instead of both waiting for ever
+    memory, pid = DeviceMemory(tmp_path, "gpu"), os.getpid()
+    assert memory.reserve(f"{pid}-0", 60, 100)
+    queued = reserving(memory, f"{pid}-1", 60)
+    assert not queued.wait(0.3)
+    solo = reserving(memory, f"{pid}-0", 100)
+    assert queued.wait(10) and not solo.wait(0.3)
+    memory.release(f"{pid}-1")
+    assert solo.wait(10) and memory.held() == {f"{pid}-0": 100}
+
+
 def test_a_dead_process_holds_no_memory(tmp_path):
     code = ("import os, sys, time; from pathlib import Path; from popcorn.bench.device_lane import DeviceMemory; "
             "DeviceMemory(Path(sys.argv[1]), 'gpu').reserve(f'{os.getpid()}-0', 90, 100); print('held', flush=True); "

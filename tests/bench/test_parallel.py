@@ -118,6 +118,21 @@ def test_memory_reservations_queue_and_a_solo_retry_waits_for_the_device_to_empt
     assert solo.wait(10) and not arbiter.others_reserved(2)
 
 
+def test_an_oom_retried_alone_does_not_deadlock_against_a_case_queued_for_its_memory():
+    # slot 0's case OOMed beside slot 1's queued request, which needs slot 0's memory: the solo retry
+    # must wait without holding that memory (held, the two waited on each other for ever: an H100 sweep
+    # stalled so, every fill waiting and no watchdog firing)
+    arbiter = Arbiter(memory_bytes=100)
+    arbiter.reserve(0, 60)
+    queued, solo = threading.Event(), threading.Event()
+    threading.Thread(target=lambda: (arbiter.reserve(1, 60), queued.set()), daemon=True).start()
+    assert not queued.wait(0.2)
+    threading.Thread(target=lambda: (arbiter.reserve(0, 0, solo=True), solo.set()), daemon=True).start()
+    assert queued.wait(10) and not solo.wait(0.2)  # the case asked first goes first; the retry waits for it
+    arbiter.unreserve(1)
+    assert solo.wait(10) and not arbiter.others_reserved(0)
+
+
 def test_cli_refuses_a_worker_count_that_is_not_positive():
     out = subprocess.run([sys.executable, "-m", "popcorn.cli", "bench", "fill", "rms_norm", "--workers", "0"],
                          capture_output=True, text=True, timeout=120)
