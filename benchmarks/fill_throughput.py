@@ -9,7 +9,8 @@
 2. The agreement check, on the ``--agree-limit`` sample: a serial fill, a second serial fill (the
    run-to-run spread) and a parallel fill of the same cases. Per pair timed in all three, the ratio of
    each run's forward (and step) median to the first serial run's; parallel timings agree when their
-   ratios spread no wider than the serial repeat's.
+   ratios spread no wider than the serial repeat's. It runs after the throughput run (a device time limit
+   then cuts the check, not the headline), each pair under ``--agree-timeout``.
 
 Every fill writes to a fresh shard directory (no row is reused); ``--again`` repeats the throughput run with
 the compile caches that the first one left. Prints tables, per backend the worker
@@ -47,11 +48,11 @@ class Quiet:
         pass
 
 
-def one_fill(ops, limit: int, workers: int, trials: int, root: Path, label: str) -> dict:
+def one_fill(ops, limit: int, workers: int, trials: int, root: Path, label: str, timeout: float = 300.0) -> dict:
     out = root / label
     t0 = time.monotonic()
     summary = fill([OPS[o] for o in ops], limit=limit, trials=trials, sink=ShardSink(out), workers=workers,
-                   out=Quiet())
+                   out=Quiet(), timeout=timeout)
     wall = time.monotonic() - t0
     rows = [r for f in store.jsonl_files([out]) for r in store.read_file(f)]
     b = summary.breakdown()
@@ -131,6 +132,8 @@ def main() -> int:
     ap.add_argument("--limit", type=int, default=100)
     ap.add_argument("--workers", type=int, default=8)
     ap.add_argument("--agree-limit", type=int, default=5, help="cases per op of the agreement check (0: skip)")
+    ap.add_argument("--agree-timeout", type=float, default=60, help="the agreement fills' watchdog per pair (s): a "
+                    "pair that does not finish is left out of the comparison instead of holding a serial fill")
     ap.add_argument("--trials", type=int, default=10)
     ap.add_argument("--skip-throughput", action="store_true")
     ap.add_argument("--seconds", type=float, help="stop the throughput run after this long (as Ctrl-C would) and "
@@ -169,10 +172,24 @@ def main() -> int:
 
     print(f"{'run':<22} {'workers':>7} {'pairs':>6} {'wall s':>7} {'pairs/min':>9} {'busy':>5}  phases (worker s)",
           flush=True)
+    if not args.skip_throughput:
+        stop = threading.Timer(args.seconds or math.inf, os.kill, (os.getpid(), signal.SIGINT))
+        stop.daemon = True
+        if args.seconds:
+            stop.start()
+        done(one_fill(args.ops, args.limit, args.workers, args.trials, root, f"parallel-{args.workers}"))
+        stop.cancel()
+        if args.again:
+            stop = threading.Timer(args.again, os.kill, (os.getpid(), signal.SIGINT))
+            stop.daemon = True
+            stop.start()
+            done(one_fill(args.ops, args.limit, args.workers, args.trials, root, f"parallel-{args.workers}-warm"))
+            stop.cancel()
     if args.agree_limit:
-        a = done(one_fill(args.ops, args.agree_limit, 1, args.trials, root, "serial-a"))
-        b = done(one_fill(args.ops, args.agree_limit, 1, args.trials, root, "serial-b"))
-        p = done(one_fill(args.ops, args.agree_limit, args.workers, args.trials, root, f"agree-parallel-{args.workers}"))
+        a = done(one_fill(args.ops, args.agree_limit, 1, args.trials, root, "serial-a", args.agree_timeout))
+        b = done(one_fill(args.ops, args.agree_limit, 1, args.trials, root, "serial-b", args.agree_timeout))
+        p = done(one_fill(args.ops, args.agree_limit, args.workers, args.trials, root, f"agree-parallel-{args.workers}",
+                          args.agree_timeout))
         for column in ("fwd_ms", "step_ms", "host_us"):
             agreement[column] = {"serial repeat / serial": spread(ratios(a["rows"], b["rows"], column)),
                                  "parallel / serial": spread(ratios(a["rows"], p["rows"], column))}
@@ -189,19 +206,6 @@ def main() -> int:
         print("\nforward times furthest apart, parallel against serial (ms; what the disagreement is made of):")
         for line in furthest(a["rows"], b["rows"], p["rows"], "fwd_ms"):
             print("  " + line, flush=True)
-    if not args.skip_throughput:
-        stop = threading.Timer(args.seconds or math.inf, os.kill, (os.getpid(), signal.SIGINT))
-        stop.daemon = True
-        if args.seconds:
-            stop.start()
-        done(one_fill(args.ops, args.limit, args.workers, args.trials, root, f"parallel-{args.workers}"))
-        stop.cancel()
-        if args.again:
-            stop = threading.Timer(args.again, os.kill, (os.getpid(), signal.SIGINT))
-            stop.daemon = True
-            stop.start()
-            done(one_fill(args.ops, args.limit, args.workers, args.trials, root, f"parallel-{args.workers}-warm"))
-            stop.cancel()
     return 0
 
 
