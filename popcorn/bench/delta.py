@@ -41,14 +41,11 @@ class ReportStore:
 
     def __init__(self, uri: str | None = None):
         self.uri = uri or location()
-        self._creating = False
 
     def exists(self) -> bool:
         """Whether a store is there, damaged or not (a damaged one must never be created over)."""
         root = damage.local_path(self.uri)
         if root is not None:
-            if not self._creating and damage.log_problems(root):
-                self._await_creation(root)
             return (root / "_delta_log").is_dir() or bool(damage.log_problems(root))
         from deltalake import DeltaTable
 
@@ -62,8 +59,22 @@ class ReportStore:
             raise FileNotFoundError(f"no report store at {self.uri}; create one with `popcorn bench merge FILES...` "
                                     "(or point POPCORN_STORE at an existing one)")
         latest = []
-        damage.check(self.uri, lambda: latest.append(DeltaTable(self.uri)) or latest[0])
-        return latest[0] if version is None else DeltaTable(self.uri, version=version)
+
+        def load():
+            latest.append(DeltaTable(self.uri))
+            return latest[-1]
+
+        try:
+            damage.check(self.uri, load)
+        except damage.StoreDamaged:
+            # a table another process is creating holds data files and no (or an empty) _delta_log until
+            # its first commit lands: wait for its creation lock, then judge again
+            root = damage.local_path(self.uri)
+            if root is None:
+                raise
+            _await_creation(root)
+            damage.check(self.uri, load)
+        return latest[-1] if version is None else DeltaTable(self.uri, version=version)
 
     @property
     def version(self) -> int | None:
@@ -151,26 +162,13 @@ class ReportStore:
         root.parent.mkdir(parents=True, exist_ok=True)
         with open(_creation_lock(root), "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            self._creating = True  # exists() must not wait on the lock this process holds
             try:
                 if self.exists():
                     return False
                 write_deltalake(self.uri, batch, partition_by=["op"], mode="error")
                 return True
             finally:
-                self._creating = False
                 fcntl.flock(lock, fcntl.LOCK_UN)
-
-    @staticmethod
-    def _await_creation(root) -> None:
-        """Wait out a creation another process has under way. Until its first commit lands, a table being
-        created holds data files and no (or an empty) ``_delta_log``: damage to anyone who looks then."""
-        try:
-            with open(_creation_lock(root), "r") as lock:
-                fcntl.flock(lock, fcntl.LOCK_SH)
-                fcntl.flock(lock, fcntl.LOCK_UN)
-        except OSError:  # no lock file (never created by popcorn here) or not readable: nothing to wait for
-            pass
 
     def scrub_incomplete(self) -> int:
         """Delete rows scheduled but never measured (the sentinel reason); returns how many."""
@@ -186,6 +184,16 @@ class ReportStore:
 
 def _creation_lock(root):
     return root.parent / f".{root.name}.create.lock"
+
+
+def _await_creation(root) -> None:
+    """Wait until no process holds the creation lock of the store at ``root`` (:meth:`ReportStore._create`)."""
+    try:
+        with open(_creation_lock(root)) as lock:
+            fcntl.flock(lock, fcntl.LOCK_SH)
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    except OSError:  # no lock file (never created by popcorn here) or not readable: nothing to wait for
+        pass
 
 
 def _is_conflict(e: Exception) -> bool:

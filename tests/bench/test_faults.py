@@ -3,8 +3,8 @@
 Real processes and a real Delta table throughout; nothing is mocked.
 """
 
-import json
 import fcntl
+import json
 import os
 import shutil
 import subprocess
