@@ -74,18 +74,24 @@ def _finite_or_inf(value: float) -> float:
     return float("inf") if value != value else value
 
 
+def _measure(pending: list, gauge: Gauge, mine: torch.Tensor, native: torch.Tensor, truth: torch.Tensor) -> None:
+    """Queue the gauge's update on the device (no sync): ``pending`` is folded once per check."""
+    if (v := Gauge.measure(mine, native, truth)) is not None:
+        pending.append((gauge, v))
+
+
 def _fold(pending: list) -> None:
-    """Update each (gauge, mine, native, truth) with one device sync for all: beside other workers'
-    trials every sync waits its turn on the device."""
-    measured = [(g, v) for g, *outs in pending if (v := Gauge.measure(*outs)) is not None]
-    if not measured:
+    """Update each queued (gauge, values) with one device sync for all: beside other workers' trials
+    every sync waits its turn on the device (contexts time-slice it), so a check syncs once, not per trial."""
+    if not pending:
         return
     try:
-        values = torch.stack([v for _, v in measured]).tolist()
+        values = torch.stack([v for _, v in pending]).tolist()
     except RuntimeError:  # outputs on several devices
-        values = [v.tolist() for _, v in measured]
-    for (gauge, _), v in zip(measured, values):
+        values = [v.tolist() for _, v in pending]
+    for (gauge, _), v in zip(pending, values):
         gauge.fold(v)
+    pending.clear()
 
 
 @dataclass
@@ -276,33 +282,42 @@ def check(reference: Callable, candidate: Callable, draw: Callable[[int], dict],
     Both callables take the op's arguments by keyword. Every output must have the native-precision
     reference's dtype and device, except those ``out_dtypes(arguments)`` declares ({index: dtype}).
     ``truths``: the reference's side of each trial when it is shared by several candidates (default:
-    computed here). Each trial holds the device's shared lane. Returns a Result with status pass,
-    fail, crash (candidate raised), oom, or error (the reference or the input draw failed).
+    computed here). The trials hold the device's shared lane together and their gauges sync once.
+    Returns a Result with status pass, fail, crash (candidate raised), oom, or error (the reference or
+    the input draw failed).
     """
     truths = truths or (lambda trial: reference_trial(reference, draw, trial, grad, frozen))
     fwd: dict[str, Gauge] = {}
     bwd: dict[str, Gauge] = {}
     floor = None
-    for trial in range(trials):
-        with lane.hold(lane.SHARED):
-            with lane.phase("truth"):
-                ref = truths(trial)
-            if ref.failed:
-                return Result(*ref.failed, fwd, bwd, trial, grad)
+    pending: list = []  # gauge updates queued on the device, folded with one sync at the end
+    # One shared hold for every trial: a hold per trial waited through a timing hold each time other
+    # workers timed between two trials.
+    with lane.hold(lane.SHARED):
+        try:
+            for trial in range(trials):
+                with lane.phase("truth"):
+                    ref = truths(trial)
+                if ref.failed:
+                    return Result(*ref.failed, fwd, bwd, trial, grad)
+                with lane.phase("trials"):
+                    problem = _trial(ref, candidate, trial, trials, grad, out_dtypes, frozen, fwd, bwd, pending)
+                if problem is not None:
+                    return Result(*problem, fwd, bwd, trial, grad)
+                floor = floor if floor is not None else floor_for(ref.native)
+                del ref
+        finally:
             with lane.phase("trials"):
-                problem = _trial(ref, candidate, trial, trials, grad, out_dtypes, frozen, fwd, bwd)
-            if problem is not None:
-                return Result(*problem, fwd, bwd, trial, grad)
-        floor = floor if floor is not None else floor_for(ref.native)
-        del ref
+                _fold(pending)
     reasons = [f"{k}: {v}" for k, g in fwd.items() if (v := g.verdict(floor))]
     reasons += [f"grad {k}: {v}" for k, g in bwd.items() if (v := g.verdict(floor))]
     return Result(FAIL if reasons else PASS, "; ".join(reasons) or None, fwd, bwd, trials, grad)
 
 
 def _trial(ref: Truth, candidate: Callable, trial: int, trials: int, grad: bool, out_dtypes, frozen,
-           fwd: dict, bwd: dict) -> tuple | None:
-    """One trial of the candidate against ``ref``, updating the gauges; (status, reason) when it ends the check."""
+           fwd: dict, bwd: dict, pending: list) -> tuple | None:
+    """One trial of the candidate against ``ref``, queueing the gauges' updates on ``pending``; (status,
+    reason) when it ends the check."""
     try:
         mine_args = prepare(ref.native, None, grad, frozen)
     except Exception as e:  # noqa: BLE001
@@ -323,18 +338,14 @@ def _trial(ref: Truth, candidate: Callable, trial: int, trials: int, grad: bool,
     problem = _structure(mine, ref.budget, out_dtypes(mine_args) if out_dtypes else {})
     if problem:
         return FAIL, problem
-    pending: list = []  # gauges to update, one sync per trial's outputs (and one for its gradients)
-    try:
-        for i, (m, n, t) in enumerate(zip(mine, ref.budget, ref.truth)):
-            if isinstance(t, torch.Tensor) and t.is_floating_point():
-                pending.append((fwd.setdefault(f"out{i}", Gauge()), m, n, t))
-            elif isinstance(t, torch.Tensor):
-                if not torch.equal(m.cpu(), t.cpu()):
-                    return FAIL, f"out{i}: integer output differs"
-            elif m != t:
-                return FAIL, f"out{i}: {m!r} != {t!r}"
-    finally:
-        _fold(pending)
+    for i, (m, n, t) in enumerate(zip(mine, ref.budget, ref.truth)):
+        if isinstance(t, torch.Tensor) and t.is_floating_point():
+            _measure(pending, fwd.setdefault(f"out{i}", Gauge()), m, n, t)
+        elif isinstance(t, torch.Tensor):
+            if not torch.equal(m.cpu(), t.cpu()):
+                return FAIL, f"out{i}: integer output differs"
+        elif m != t:
+            return FAIL, f"out{i}: {m!r} != {t!r}"
     if not grad:
         return None
     try:
@@ -347,23 +358,19 @@ def _trial(ref: Truth, candidate: Callable, trial: int, trials: int, grad: bool,
     except Exception as e:  # noqa: BLE001
         free_memory()
         return OOM if is_oom(e) else CRASH, f"backward: {describe(e)}"
-    pending = []
-    try:
-        for name, t in ref.g_truth.items():
-            m, n = g_mine.get(name), ref.g_budget.get(name)
-            if t is None:
-                if m is not None and m.abs().sum().item() != 0:
-                    return FAIL, f"grad {name}: unexpected nonzero gradient"
-                continue
-            if m is None:
-                return FAIL, f"grad {name}: missing"
-            if tuple(m.shape) != tuple(t.shape):
-                return FAIL, f"grad {name}: shape {list(m.shape)}, the reference {list(t.shape)}"
-            if n is None:
-                return ERROR, f"grad {name}: the native reference gives none"
-            pending.append((bwd.setdefault(name, Gauge()), m, n, t))
-    finally:
-        _fold(pending)
+    for name, t in ref.g_truth.items():
+        m, n = g_mine.get(name), ref.g_budget.get(name)
+        if t is None:
+            if m is not None and m.abs().sum().item() != 0:
+                return FAIL, f"grad {name}: unexpected nonzero gradient"
+            continue
+        if m is None:
+            return FAIL, f"grad {name}: missing"
+        if tuple(m.shape) != tuple(t.shape):
+            return FAIL, f"grad {name}: shape {list(m.shape)}, the reference {list(t.shape)}"
+        if n is None:
+            return ERROR, f"grad {name}: the native reference gives none"
+        _measure(pending, bwd.setdefault(name, Gauge()), m, n, t)
     return None
 
 

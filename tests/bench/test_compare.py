@@ -207,17 +207,72 @@ def test_host_allocation_failures_are_oom():
 
 
 def test_gauges_fold_a_trials_outputs_at_once_with_the_same_semantics():
-    from popcorn.bench.compare import _fold
+    from popcorn.bench.compare import _fold, _measure
 
     inf, nan = float("inf"), float("nan")
     truth = torch.tensor([1.0, -4.0, inf, nan], dtype=torch.float64)
     native = torch.tensor([1.0, -4.5, inf, nan])  # equal infinities and NaN against NaN count as no error
     exact, off, broken = Gauge(), Gauge(), Gauge()
-    _fold([(exact, truth.float(), native, truth), (off, torch.tensor([1.25, -4.0, inf, nan]), native, truth),
-           (broken, torch.tensor([nan, -4.0, inf, nan]), native, truth)])
+    pending = []
+    _measure(pending, exact, truth.float(), native, truth)
+    _measure(pending, off, torch.tensor([1.25, -4.0, inf, nan]), native, truth)
+    _measure(pending, broken, torch.tensor([nan, -4.0, inf, nan]), native, truth)
+    _measure(pending, off, torch.tensor([1.0, -4.125, inf, nan]), native, truth)  # a later trial: the max stays
+    _fold(pending)
+    assert pending == []
     assert (exact.err, exact.budget, exact.scale) == (0.0, 0.5, 4.0)  # scale: the largest finite magnitude
     assert off.err == 0.25 and off.verdict(1e-3) is None  # within 2 * budget
     assert broken.err == inf and broken.verdict(1e-3) == "err is non-finite"  # NaN where the truth is a number
     empty = Gauge()
-    _fold([(empty, torch.empty(0), torch.empty(0), torch.empty(0, dtype=torch.float64))])
+    _measure(pending, empty, torch.empty(0), torch.empty(0), torch.empty(0, dtype=torch.float64))
+    _fold(pending)
     assert (empty.err, empty.budget, empty.scale) == (0.0, 0.0, 1.0)
+
+
+def test_a_check_holds_the_shared_lane_once_for_all_its_trials_and_folds_every_trial(monkeypatch):
+    """Each hold of a parallel fill's worker may wait through another worker's timing: a check asks once,
+    not once per trial; and every trial's error still reaches the verdict (a bad last trial fails)."""
+    import multiprocessing as mp
+    import threading
+
+    from popcorn.bench import lane
+    from popcorn.bench.compare import check
+
+    mine, supervisor = mp.Pipe()
+    asked = []
+
+    def answer():
+        while True:
+            try:
+                message = supervisor.recv()
+            except EOFError:
+                return
+            asked.append(message)
+            if message[1] == lane.SHARED:
+                supervisor.send("go")
+    threading.Thread(target=answer, daemon=True).start()
+
+    def draw(trial):
+        g = torch.Generator().manual_seed(trial)
+        return {"x": torch.randn(64, generator=g)}
+
+    def reference(x):
+        return torch.tanh(x)
+
+    def wrong_last(x):  # right on every trial but the last: the verdict must see trial 4
+        return torch.tanh(x) + (0.5 if x.sum().item() == draw(4)["x"].sum().item() else 0.0)
+
+    lane.connect(mine)
+    try:
+        ok = check(reference, reference, draw, trials=5, grad=False)
+        bad = check(reference, wrong_last, draw, trials=5, grad=False)
+    finally:
+        lane.connect(None)
+        mine.close()
+    assert ok.passed and ok.reps == 5
+    assert not bad.passed and "out0: err 0.5" in bad.reason and abs(bad.fwd["out0"].err - 0.5) < 1e-6
+    for _ in range(100):  # the last release may still be in the pipe
+        if len(asked) == 4:
+            break
+        threading.Event().wait(0.05)
+    assert asked == [("lane", lane.SHARED), ("lane", lane.RELEASE)] * 2
