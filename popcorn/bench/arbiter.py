@@ -143,6 +143,23 @@ class Arbiter:
                 return True
         return self.ledger is not None and any(b for k, b in self.ledger.held().items() if k != self._name(slot))
 
+    def describe(self) -> str:
+        """The lanes and memory now, in words (a stalled fill's report)."""
+        gib = 2**30
+        with self._cv:
+            lanes = (f"exclusive lane: slot {self._exclusive}" if self._exclusive is not None else "exclusive lane: free")
+            shared = sorted(s for s, n in self._shared.items() if n)
+            text = (f"{lanes}, {self._exclusive_waiting} waiting; shared holds: slots {shared or 'none'}, "
+                    f"{len(self._shared_waiting)} waiting")
+            if self.memory is not None:
+                held = ", ".join(f"slot {s} {b / gib:.2f}" for s, b in sorted(self._reserved.items()))
+                text += (f"; memory reserved (GiB) of {self.memory / gib:.1f}: {held or 'none'}, "
+                         f"{len(self._queue)} reservations queued")
+        if self.ledger is not None:
+            others = {k: round(b / gib, 2) for k, b in self.ledger.held().items() if not k.startswith(f"{os.getpid()}-")}
+            text += f"; other fills on the device hold (GiB): {others or 'nothing'}"
+        return text
+
     # -- a worker gone ---------------------------------------------------------------------------
     def drop(self, slot: int) -> None:
         """Free every lane the slot's worker held (it died or was killed); its memory stays reserved

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -36,6 +37,7 @@ from .worker import TRUTH_CACHE_BYTES, Worker, orphaned_sentinels, resolve_op, r
 
 IDLE_DEATHS = 3  # a worker that dies between cases is replaced; this many in a row ends the fill
 CONTEXT_BYTES = 2**30  # device memory a worker holds besides its case: CUDA context, allocator slack
+STALL_S = 120.0  # no row counted for this long: say on stderr what each slot waits for (a sweep's stall)
 
 def run(tasks: Tasks | Iterable[Task], sink: Sink, progress: Progress | None = None, workers: int = 1) -> Summary:
     """Measure ``tasks``, writing rows to ``sink``; returns the Summary (``interrupted`` after Ctrl-C).
@@ -94,7 +96,7 @@ class _Runner:
         self.frontiers: dict[tuple, Frontier] = {}  # (op, impl) -> exhausted points
         self.refs: dict[tuple, Record] = {}  # (op, case_id, grad) -> the reference's row
         self.pending: list[Record] = orphaned_sentinels(sink.sentinels)
-        self.last_write = time.monotonic()
+        self.last_write = self.last_count = time.monotonic()
         self.unfinished: dict[int, Task] = {}  # plan order -> task of a group taken, not yet counted
         self.held: dict[int, tuple[Task, Record]] = {}  # rows an unfinished earlier task could still prune
         self.left: dict[str, int] = {}  # op -> tasks not yet counted (an op's rows are written when it ends)
@@ -127,6 +129,7 @@ class _Runner:
         return list(groups.values())
 
     def go(self) -> None:
+        threading.Thread(target=self.watch_stalls, name="fill-stalls", daemon=True).start()
         if len(self.slots) == 1:
             self.slots[0].loop()
             return
@@ -137,6 +140,25 @@ class _Runner:
         for t in self.threads:
             while t.is_alive():
                 t.join(0.2)  # wakes for Ctrl-C
+
+    def watch_stalls(self, out=None) -> None:
+        """While the run goes, report every STALL_S without a counted row what each slot is doing and what
+        the device's lanes and memory hold: a fill that stops writing rows says why (run 8's sweep did not)."""
+        reported = time.monotonic()
+        while not self.stop.wait(1.0):
+            now = time.monotonic()
+            if now - self.last_count >= STALL_S and now - reported >= STALL_S:
+                reported = now
+                print(self.stall_report(now), file=out or sys.stderr, flush=True)
+
+    def stall_report(self, now: float) -> str:
+        lines = [f"\nfill: no row for {now - self.last_count:.0f} s; the slots:"]
+        for slot in self.slots:
+            doing, since = slot.doing or ("idle", now)
+            lines.append(f"  slot {slot.index}: {doing} (for {now - since:.0f} s)")
+        if self.arbiter is not None:
+            lines.append(f"  {self.arbiter.describe()}")
+        return "\n".join(lines)
 
     def next_group(self) -> list[tuple[int, Task]] | None:
         with self.lock:
@@ -187,6 +209,7 @@ class _Runner:
                     self.count(o, *self.held.pop(o))
 
     def count(self, order: int, task: Task, row: Record | None) -> None:
+        self.last_count = time.monotonic()
         self.unfinished.pop(order, None)
         self.left[task.op] -= 1
         if row is not None and self.pruned(order, task):
@@ -254,6 +277,10 @@ class Slot:
     def __init__(self, runner: _Runner, index: int):
         self.runner, self.index = runner, index
         self.worker: Worker | None = None
+        self.doing: tuple[str, float] | None = None  # what the slot does now, since when (a stall report's)
+
+    def now_doing(self, what: str | None) -> None:
+        self.doing = None if what is None else (what, time.monotonic())
 
     def loop(self) -> None:
         runner = self.runner
@@ -271,7 +298,9 @@ class Slot:
         runner, arbiter = self.runner, self.runner.arbiter
         if arbiter is not None:
             first = group[0][1]
-            arbiter.reserve(self.index, reservation(first))
+            need = reservation(first)
+            self.now_doing(f"waiting for {need / 2**30:.2f} GiB of device memory ({first.op} {first.case.label})")
+            arbiter.reserve(self.index, need)
         try:
             for order, task in group:
                 if runner.stop.is_set():
@@ -281,10 +310,13 @@ class Slot:
                 row = None if pruned else self.measure(task, last=order == group[-1][0])
                 if (row is not None and row.status == OOM and arbiter is not None
                         and arbiter.others_reserved(self.index)):
+                    self.now_doing(f"waiting for the whole device to retry an OOM alone ({task.op} {task.impl} "
+                                   f"{task.case.label})")
                     arbiter.reserve(self.index, 0, solo=True)  # other cases may have taken its memory
                     row = self.measure(task, last=order == group[-1][0])
                 runner.done(order, task, row)
         finally:
+            self.now_doing(None)
             if arbiter is not None:
                 arbiter.unreserve(self.index)
 
@@ -311,6 +343,8 @@ class Slot:
                                  threads)
             runner.summary.spent({"startup": self.worker.startup_s})
         worker = self.worker  # the main thread may take self.worker away when the fill stops
+        self.now_doing(f"{task.op} {task.impl} {task.case.label}{' grad' if task.grad else ''} in worker "
+                       f"{worker.proc.pid} (watchdog {task.budget_s:.0f} s; lane waits for other fills not counted)")
         t0 = time.monotonic()
         try:
             row_dict, ok, phases = worker.run({**task.message(), "last": last}, task.budget_s)

@@ -183,3 +183,31 @@ def test_a_trial_that_waited_through_one_timing_goes_before_the_next_queued_timi
     assert second_timing.wait(10) and not late_trial.wait(0.2)
     arbiter.release(2)
     assert late_trial.wait(10)
+
+
+def test_a_fill_that_counts_no_row_for_a_while_says_what_each_slot_is_doing(env, monkeypatch, capsys):
+    """Run 8's sweep wrote no row for minutes and said nothing: now a stalled fill names each slot's task,
+    its worker and how long, and what the lanes and memory hold."""
+    from popcorn.bench import runner
+
+    monkeypatch.setattr(runner, "STALL_S", 2.0)
+    monkeypatch.setenv("TOY_HANG_AT", "33")
+    fill([fill_ops.toy_scale], backends=["toy:hang"], slice_spec=SLICE, device="cpu", trials=2, workers=1,
+         timeout=10)  # one slot: nothing is counted while it hangs
+    err = capsys.readouterr().err
+    reports = [r for r in err.split("\nfill: no row for ")[1:] if "toy:hang hidden=33," in r]
+    assert reports, err[-2000:]  # one report at least while the hang held its slot
+    report = reports[-1]
+    assert "slot 0: toy_scale toy:hang" in report and "in worker" in report and "(watchdog 10 s" in report
+
+
+def test_the_arbiter_describes_its_lanes_and_memory():
+    arbiter = Arbiter(memory_bytes=8 * 2**30)
+    arbiter.reserve(0, 2**30)
+    arbiter.acquire(1, SHARED)
+    text = arbiter.describe()
+    assert "exclusive lane: free, 0 waiting" in text and "shared holds: slots [1]" in text
+    assert "of 8.0: slot 0 1.00, 0 reservations queued" in text
+    arbiter.release(1)
+    arbiter.acquire(0, EXCLUSIVE)
+    assert arbiter.describe().startswith("exclusive lane: slot 0")
