@@ -229,28 +229,10 @@ def test_gauges_fold_a_trials_outputs_at_once_with_the_same_semantics():
     assert (empty.err, empty.budget, empty.scale) == (0.0, 0.0, 1.0)
 
 
-def test_a_check_holds_the_shared_lane_once_for_all_its_trials_and_folds_every_trial(monkeypatch):
+def test_a_check_holds_the_shared_lane_once_for_all_its_trials_and_folds_every_trial(lane_supervisor):
     """Each hold of a parallel fill's worker may wait through another worker's timing: a check asks once,
     not once per trial; and every trial's error still reaches the verdict (a bad last trial fails)."""
-    import multiprocessing as mp
-    import threading
-
     from popcorn.bench import lane
-    from popcorn.bench.compare import check
-
-    mine, supervisor = mp.Pipe()
-    asked = []
-
-    def answer():
-        while True:
-            try:
-                message = supervisor.recv()
-            except EOFError:
-                return
-            asked.append(message)
-            if message[1] == lane.SHARED:
-                supervisor.send("go")
-    threading.Thread(target=answer, daemon=True).start()
 
     def draw(trial):
         g = torch.Generator().manual_seed(trial)
@@ -262,17 +244,8 @@ def test_a_check_holds_the_shared_lane_once_for_all_its_trials_and_folds_every_t
     def wrong_last(x):  # right on every trial but the last: the verdict must see trial 4
         return torch.tanh(x) + (0.5 if x.sum().item() == draw(4)["x"].sum().item() else 0.0)
 
-    lane.connect(mine)
-    try:
-        ok = check(reference, reference, draw, trials=5, grad=False)
-        bad = check(reference, wrong_last, draw, trials=5, grad=False)
-    finally:
-        lane.connect(None)
-        mine.close()
+    ok = check(reference, reference, draw, trials=5, grad=False)
+    bad = check(reference, wrong_last, draw, trials=5, grad=False)
     assert ok.passed and ok.reps == 5
     assert not bad.passed and "out0: err 0.5" in bad.reason and abs(bad.fwd["out0"].err - 0.5) < 1e-6
-    for _ in range(100):  # the last release may still be in the pipe
-        if len(asked) == 4:
-            break
-        threading.Event().wait(0.05)
-    assert asked == [("lane", lane.SHARED), ("lane", lane.RELEASE)] * 2
+    assert lane_supervisor.settled(4) == [("lane", lane.SHARED), ("lane", lane.RELEASE)] * 2

@@ -174,11 +174,9 @@ def test_two_fills_arbiters_share_the_devices_memory(tmp_path):
     assert ledger.held() == {}
 
 
-def test_autotuners_benchmark_in_the_shared_lane(monkeypatch):
+def test_autotuners_benchmark_in_the_shared_lane(monkeypatch, lane_supervisor):
     # Triton's autotuner (liger, fla) and inductor's benchmark configs on the device at a kernel's first
     # call: a worker makes them hold the shared lane, never beside another worker's timing
-    import multiprocessing as mp
-
     import triton.testing
     from torch._inductor.runtime import benchmarking
 
@@ -187,20 +185,6 @@ def test_autotuners_benchmark_in_the_shared_lane(monkeypatch):
     seen = []
     monkeypatch.setattr(triton.testing, "do_bench", lambda fn, **k: seen.append(lane.held) or 1.0)
     previous = getattr(benchmarking, "_gpu_benchmark_lock_context", None)
-    mine, supervisor = mp.Pipe()
-    asked = []
-
-    def answer():
-        while True:
-            try:
-                message = supervisor.recv()
-            except EOFError:
-                return
-            asked.append(message)
-            if message[1] == SHARED:
-                supervisor.send("go")
-    threading.Thread(target=answer, daemon=True).start()
-    lane.connect(mine)
     try:
         lane.guard_autotuning()
         kernel_calls = []
@@ -216,17 +200,11 @@ def test_autotuners_benchmark_in_the_shared_lane(monkeypatch):
                 seen.append(lane.held)
         assert set(seen) == {SHARED}
         holds = len(seen)  # the explicit hold asked once, the benchmark nested in it nothing
-        for _ in range(100):  # the last release may still be in the pipe
-            if len(asked) == 2 * holds:
-                break
-            threading.Event().wait(0.05)
+        asked = lane_supervisor.settled(2 * holds)
         assert asked.count(("lane", SHARED)) == asked.count(("lane", "release")) == holds
     finally:
-        lane.connect(None)
         if hasattr(benchmarking, "set_gpu_benchmark_lock_context"):
             benchmarking.set_gpu_benchmark_lock_context(previous)
-        mine.close()
-        supervisor.close()
 
 
 class ConfigTimer:
@@ -241,39 +219,20 @@ class ConfigTimer:
         return [1.0]
 
 
-def _answer_lane_requests(supervisor):
-    try:
-        for m in iter(supervisor.recv, None):
-            if m == ("lane", SHARED):
-                supervisor.send("go")
-    except (EOFError, OSError):  # the test closed the pipe: nothing more to answer
-        pass
-
-
-def test_a_library_autotuner_is_guarded_once_its_backend_runs(monkeypatch):
-    import multiprocessing as mp
-
+def test_a_library_autotuner_is_guarded_once_its_backend_runs(monkeypatch, lane_supervisor):
     from popcorn.bench import lane
 
     monkeypatch.setitem(lane.LIBRARY_AUTOTUNERS, "toylib", (__name__, "ConfigTimer", "_bench"))
     monkeypatch.setattr(ConfigTimer, "_bench", ConfigTimer._bench)  # undone after the test
     monkeypatch.setattr(lane, "_guarding", False)
-    lane.guard_backend("toylib")  # outside a fill's worker: nothing changes
+    lane.guard_backend("toylib")  # before guard_autotuning (outside a fill's worker): nothing changes
     assert not getattr(ConfigTimer._bench, "popcorn_lane", False)
-    mine, supervisor = mp.Pipe()
-    threading.Thread(target=_answer_lane_requests, args=(supervisor,), daemon=True).start()
-    lane.connect(mine)
-    try:
-        monkeypatch.setattr(lane, "_guarding", True)
-        lane.guard_backend("toylib")
-        lane.guard_backend("no-such-backend")  # a backend without an autotuner of its own: nothing
-        ConfigTimer.seen = []
-        assert ConfigTimer()._bench("a") == [1.0]
-        assert ConfigTimer.seen == [("a", SHARED)] and lane.held is None
-    finally:
-        lane.connect(None)
-        mine.close()
-        supervisor.close()
+    monkeypatch.setattr(lane, "_guarding", True)
+    lane.guard_backend("toylib")
+    lane.guard_backend("no-such-backend")  # a backend without an autotuner of its own: nothing
+    ConfigTimer.seen = []
+    assert ConfigTimer()._bench("a") == [1.0]
+    assert ConfigTimer.seen == [("a", SHARED)] and lane.held is None
 
 
 def test_lane_files_are_shared_by_every_user_of_the_machine(tmp_path):
