@@ -141,7 +141,7 @@ class _Runner:
             while t.is_alive():
                 t.join(0.2)  # wakes for Ctrl-C
 
-    def watch_stalls(self, out=None) -> None:
+    def watch_stalls(self) -> None:
         """While the run goes, report every STALL_S without a counted row what each slot is doing and what
         the device's lanes and memory hold: a fill that stops writing rows says why (run 8's sweep did not)."""
         reported = time.monotonic()
@@ -149,7 +149,7 @@ class _Runner:
             now = time.monotonic()
             if now - self.last_count >= STALL_S and now - reported >= STALL_S:
                 reported = now
-                print(self.stall_report(now), file=out or sys.stderr, flush=True)
+                print(self.stall_report(now), file=sys.stderr, flush=True)
 
     def stall_report(self, now: float) -> str:
         lines = [f"\nfill: no row for {now - self.last_count:.0f} s; the slots:"]

@@ -1,6 +1,12 @@
 """Fixtures shared by the fill tests."""
 
+import multiprocessing as mp
+import threading
+import time
+
 import pytest
+
+from popcorn.bench import lane
 
 
 @pytest.fixture
@@ -16,28 +22,21 @@ class Supervisor:
     worker asked is in ``asked``; :meth:`settled` waits for the releases still in the pipe."""
 
     def __init__(self):
-        import multiprocessing as mp
-        import threading
-
         self.worker_end, self._end = mp.Pipe()
         self.asked: list = []
         threading.Thread(target=self._answer, daemon=True).start()
 
     def _answer(self):
-        from popcorn.bench.lane import SHARED
-
         while True:
             try:
                 message = self._end.recv()
             except (EOFError, OSError):
                 return
             self.asked.append(message)
-            if message[1] == SHARED:
+            if message[1] == lane.SHARED:
                 self._end.send("go")
 
     def settled(self, count: int) -> list:
-        import time
-
         for _ in range(100):
             if len(self.asked) >= count:
                 break
@@ -52,8 +51,6 @@ class Supervisor:
 @pytest.fixture
 def lane_supervisor():
     """This process as a fill's worker whose lane requests a :class:`Supervisor` answers."""
-    from popcorn.bench import lane
-
     supervisor = Supervisor()
     lane.connect(supervisor.worker_end)
     try:
