@@ -2,7 +2,7 @@
 # On the GPU machine (no network): install the carried wheel folders of benchmarks/gpu_wheels.sh into
 # /tmp/site, whichever have arrived in this call; run it in every call, it repeats nothing.
 #   .whl .whl2 .whl3   installed as they are (deltalake unpacked from .whl2/deltalake.tar.xz)
-#   .whl4a .whl4b      quack's closure: the small wheels at once, the two parts of the CuTe DSL's CUDA 13
+#   .whl4a .whl4b      quack's and flash-attn-4's closure: the small wheels at once, the two parts of the CuTe DSL's CUDA 13
 #                      libraries (an xz tarball of the unpacked wheel) kept in /tmp/parts (it outlives a call
 #                      while the machine stays warm) and unpacked into /tmp/site once both have come
 # Then: . benchmarks/gpu_env.sh (PYTHONPATH and PATH for /tmp/site, its .pth files included)
@@ -19,7 +19,7 @@ pipi() {
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$t" "$@"; } &&
     cp -a "$t"/. "$site"/ && rm -rf "$t"
 }
-for d in .whl .whl2 .whl3 .whl4a; do
+for d in .whl .whl2 .whl3 .whl4a .whl4b; do
   if compgen -G "$d/*.whl" >/dev/null && [ ! -f "$parts/$d.done" ]; then pipi "$d"/*.whl && touch "$parts/$d.done"; fi
 done
 if [ -f .whl2/deltalake.tar.xz ] && [ ! -d "$site/deltalake" ]; then tar -xJf .whl2/deltalake.tar.xz -C "$site"; fi

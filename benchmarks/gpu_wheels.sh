@@ -2,7 +2,7 @@
 # The wheels a GPU machine without network needs, for Python 3.12 on x86-64, in two carried folders:
 #   .whl/   liger-kernel, fla-core (the kernel libraries the fills measure)
 #   .whl3/  nvidia-cudnn-frontend (the cudnn family; its CuTe DSL dependency is for other kernels, left out)
-#   .whl4a/ .whl4b/  quack-kernels and CUTLASS's CuTe DSL: nvidia-cutlass-dsl-libs-cu13 (a 92 MB wheel, 227 MB
+#   .whl4a/ .whl4b/  quack-kernels, flash-attn-4 (FlashAttention 4, in .whl4b) and CUTLASS's CuTe DSL: nvidia-cutlass-dsl-libs-cu13 (a 92 MB wheel, 227 MB
 #           unpacked) is unpacked, xz-compressed (64 MB) and split in two parts, one folder per call (the machine
 #           keeps /tmp between warm calls); benchmarks/gpu_install.sh installs what has arrived and unpacks the
 #           libraries once both parts are there. .whl3 and .whl4a fit one call beside the tree, .whl4b the next
@@ -53,4 +53,6 @@ if [ ! -f .whl4b/cutlass-cu13.tar.xz.part-ab ]; then
   mv "$tmp/part-1" .whl4b/cutlass-cu13.tar.xz.part-ab
   rm -rf "$tmp"
 fi
+# FlashAttention 4 on the same CuTe DSL and tvm-ffi (its other dependencies are quack's and the image's)
+get .whl4b 'flash-attn-4>=4.0.0b36,<4.1'
 du -sh .whl .whl2 .whl3 .whl4a .whl4b

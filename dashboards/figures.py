@@ -16,7 +16,7 @@ from popcorn.schema import PASS, REFERENCE
 # Fixed colours per backend family, so a backend looks the same on every plot.
 FAMILY_COLOURS = {REFERENCE: "#7f7f7f", "compile": "#1f77b4", "liger": "#2ca02c", "fla": "#ff9f1c",
                   "quack": "#d62728", "popcorn": "#17becf", "sdpa": "#9467bd", "cudnn": "#8c564b",
-                  "fa3": "#3f51b5", "transformer_engine": "#bcbd22", "unsloth": "#e377c2"}
+                  "fa4": "#3f51b5", "transformer_engine": "#bcbd22", "unsloth": "#e377c2"}
 _OTHERS = ("#8c564b", "#e377c2", "#bcbd22", "#393b79", "#637939", "#843c39")
 LIVE_COLOUR = "#000000"
 

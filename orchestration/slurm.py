@@ -9,7 +9,7 @@ relays the payload's Pipes messages, so the fill's output streams into the Dagst
 - **GPUs.** One per job (``--gres=gpu:1``) when the partition has GPUs, none on CPU partitions
   (``gpus_per_task`` overrides). Partition, account, QOS, memory and CPUs come from
   ``slurm.queue``; the time limit from ``time_limit`` (default ``slurm.queue.time_limit``).
-- **Environments.** Each backend family with an install extra (liger, fla, quack, unsloth) runs in
+- **Environments.** Each backend family with an install extra (liger, fla, quack, cudnn, fa4, unsloth) runs in
   its own virtual environment, ``<env_root>/<family>-<key>``; backends without one share ``base``.
   The key hashes what the environment is made of: ``pyproject.toml``, the extras, the base
   interpreter, the pip arguments and the container image. An environment is built once, under a

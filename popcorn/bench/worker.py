@@ -155,6 +155,8 @@ def serve(conn, sentinel: str, device: str, lanes: bool = False, compile_threads
     # a library's autotuned kernel (fla's) benchmarks its configs once per key on this machine, not once
     # per worker process: Triton keeps the timings beside its compiled kernels (set 0 to tune in each)
     os.environ.setdefault("TRITON_CACHE_AUTOTUNING", "1")
+    # FlashAttention 4 compiles each kernel configuration once per process unless its on-disk cache is on
+    os.environ.setdefault("FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED", "1")
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the supervisor's: it stops and kills workers
     signal.signal(signal.SIGTERM, _leave_later)
     dev = torch.device(device)

@@ -36,9 +36,11 @@ class Backend:
             return importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:
             # A source checkout on sys.path without dist metadata still counts as installed.
-            if self.module and importlib.util.find_spec(self.module) is not None:
-                return "0+unknown"
-            return None
+            try:
+                found = self.module is not None and importlib.util.find_spec(self.module) is not None
+            except ModuleNotFoundError:  # a dotted module (flash_attn.cute) whose parent is missing
+                found = False
+            return "0+unknown" if found else None
 
     def problem(self) -> str | None:
         """Why this family cannot run here, or None when it can."""
@@ -79,6 +81,10 @@ BACKENDS: dict[str, Backend] = {
         Backend("quack", "quack-kernels", "quack", ">=0.6,<0.7", "quack", first_call_s=900.0),
         # cuDNN's graph API through its frontend: norms as torch custom ops with autograd (cudnn.ops.norm)
         Backend("cudnn", "nvidia-cudnn-frontend", "cudnn", ">=1.32,<2", "cudnn"),
+        # FlashAttention 4: the CuTe DSL port of FlashAttention (SM90 and SM100 kernels, forward and backward),
+        # the FlashAttention that installs from the package index on Hopper (FA3 builds from source); its
+        # kernels compile on a first call of each configuration, as quack's do
+        Backend("fa4", "flash-attn-4", "flash_attn.cute", ">=4.0.0b36,<4.1", "fa4", first_call_s=300.0),
         Backend("unsloth", "unsloth", "unsloth", ">=2026.3", "unsloth"),
     )
 }

@@ -45,8 +45,13 @@ def on_cuda_rows(tensor: str, *, max_elements: int | None = None, max_bytes: int
 
 
 @functools.cache
-def _capability(index: int) -> tuple[int, int]:
+def _capability(index: int | None) -> tuple[int, int]:
     return torch.cuda.get_device_capability(index)
+
+
+def capability(t: torch.Tensor) -> tuple[int, int]:
+    """The compute capability of the CUDA device ``t`` is on (cached per device)."""
+    return _capability(t.device.index)  # None: the current device
 
 
 def on_sm90(**arguments) -> bool:
@@ -54,7 +59,7 @@ def on_sm90(**arguments) -> bool:
     Blackwell): the predicate of CuTe DSL kernels (quack), built and tested for those."""
     if not on_cuda(**arguments):
         return False
-    return all(_capability(v.device.index) >= (9, 0) for v in arguments.values() if isinstance(v, torch.Tensor))
+    return all(capability(v) >= (9, 0) for v in arguments.values() if isinstance(v, torch.Tensor))
 
 
 def whole_vectors(t: torch.Tensor, dim: int = -1) -> bool:

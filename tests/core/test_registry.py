@@ -106,6 +106,13 @@ def test_missing_package_names_the_extra():
         op(torch.randn(2), backend="nopkg")
 
 
+def test_a_missing_submodule_package_is_missing_not_an_import_error():
+    # fa4's module is flash_attn.cute: finding it must not raise where flash_attn itself is absent
+    b = Backend("nested", "popcorn-no-such-package", "popcorn_no_such_parent.cute", ">=1", "nested")
+    assert b.version is None
+    assert "'popcorn-no-such-package', which is not installed" in b.problem()
+
+
 def test_version_outside_range_is_unavailable():
     b = Backend("torchpin", "torch", "torch", "<1.0", "torchpin")
     assert "supports torch<1.0" in b.problem()

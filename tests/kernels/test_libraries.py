@@ -1,4 +1,4 @@
-"""Library adapters (liger, fla, quack, cudnn) on the CPU: what they admit (gates, predicates), and that without
+"""Library adapters (liger, fla, quack, cudnn, fa4) on the CPU: what they admit (gates, predicates), and that without
 the libraries every op still dispatches, never importing them. Their values are checked by the
 conformance test on a GPU, and liger's and fla's by test_library_interpreter in Triton's interpreter."""
 
@@ -19,6 +19,7 @@ COVERS = {
             "linear_cross_entropy", "logsumexp", "rms_norm", "softmax", "swiglu", "swish"],
     "quack": ["add_rms_norm", "cross_entropy", "linear", "matmul", "rms_norm", "softmax"],
     "cudnn": ["layer_norm", "rms_norm"],
+    "fa4": ["attn", "attn_varlen"],
 }
 PAIRS = [(lib, name) for lib, names in COVERS.items() for name in names]
 
@@ -61,7 +62,8 @@ def test_forcing_a_missing_library_names_the_extra():
 # (the dev install brings liger and fla for the interpreter tests)
 WITHOUT_LIBRARIES = """
 import importlib.metadata, importlib.util, sys
-HIDDEN = {"liger_kernel", "fla", "quack", "cudnn", "liger-kernel", "fla-core", "quack-kernels", "nvidia-cudnn-frontend"}
+HIDDEN = {"liger_kernel", "fla", "quack", "cudnn", "flash_attn", "liger-kernel", "fla-core", "quack-kernels",
+          "nvidia-cudnn-frontend", "flash-attn-4"}
 _version, _find_spec = importlib.metadata.version, importlib.util.find_spec
 def version(dist):
     if dist in HIDDEN:
@@ -85,8 +87,10 @@ def test_without_the_libraries_every_op_dispatches_and_none_is_imported():
             "rms_norm(x, torch.ones(8)).sum().backward()\n"
             "softmax(x); swiglu(x, x)\n"
             "cross_entropy(torch.randn(4, 7), torch.tensor([0, 1, 2, 3]))\n"
-            "assert not {'liger_kernel', 'fla', 'quack', 'cudnn'} & set(sys.modules), 'a library was imported'\n"
-            "assert all(not {'liger', 'fla', 'quack', 'cudnn'} & set(op.available_backends()) for op in OPS.values())\n")
+            "q = torch.randn(1, 2, 8, 16, requires_grad=True)\n"
+            "OPS['attn'](q, q, q, is_causal=True).sum().backward()\n"
+            "assert not {'liger_kernel', 'fla', 'quack', 'cudnn', 'flash_attn'} & set(sys.modules), 'a library was imported'\n"
+            "assert all(not {'liger', 'fla', 'quack', 'cudnn', 'fa4'} & set(op.available_backends()) for op in OPS.values())\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
 
@@ -106,7 +110,8 @@ def test_out_of_gate_dtypes_and_values_are_refused_at_plan_time():
                ("attn", "fla", "bfloat16", {"is_causal": False}), ("attn_varlen", "fla", "bfloat16", {"causal": False}),
                ("cross_entropy", "quack", "bfloat16", {"label_smoothing": 0.1}), ("rms_norm", "quack", "float64", {}),
                ("rms_norm", "cudnn", "float64", {}), ("layer_norm", "cudnn", "float64", {}),
-               ("linear", "quack", "float32", {}), ("matmul", "quack", "float32", {})]  # 16-bit GEMMs only
+               ("linear", "quack", "float32", {}), ("matmul", "quack", "float32", {}),  # 16-bit GEMMs only
+               ("attn", "fa4", "float32", {"is_causal": True}), ("attn_varlen", "fa4", "float32", {})]
     for name, lib, dtype, args in refused:
         assert OPS[name][lib].admits_static(dtype, args, ()) is False, (name, lib, dtype, args)
     admitted = [("jsd", "liger", "bfloat16", {}), ("linear_cross_entropy", "fla", "bfloat16", {"reduction": "sum"}),
@@ -114,7 +119,8 @@ def test_out_of_gate_dtypes_and_values_are_refused_at_plan_time():
                 ("attn_varlen", "fla", "bfloat16", {"causal": True}),
                 ("cross_entropy", "quack", "bfloat16", {"label_smoothing": 0.0}),
                 ("rms_norm", "cudnn", "float32", {}), ("layer_norm", "cudnn", "bfloat16", {}),
-                ("linear", "quack", "bfloat16", {}), ("matmul", "quack", "float16", {})]
+                ("linear", "quack", "bfloat16", {}), ("matmul", "quack", "float16", {}),
+                ("attn", "fa4", "bfloat16", {"is_causal": False}), ("attn_varlen", "fa4", "float16", {"causal": False})]
     for name, lib, dtype, args in admitted:
         assert OPS[name][lib].admits_static(dtype, args, ()) is True, (name, lib, dtype, args)
 
@@ -237,6 +243,30 @@ def test_quack_needs_hopper_and_whole_vectors(cuda, monkeypatch):
     monkeypatch.setattr(devices, "_capability", lambda index: (8, 0))
     assert softmax(x=row) is False  # an A100: quack's kernels are built for Hopper and newer
     assert matmul(a=torch.empty(5, 64, **bf16), b=torch.empty(64, 128, **bf16)) is False
+
+
+def test_fa4_needs_hopper_whole_vector_heads_and_int32_boundaries(cuda, monkeypatch):
+    from popcorn.core import devices
+
+    bf16 = dict(dtype=torch.bfloat16, device="meta")
+    attn, varlen = OPS["attn"]["fa4"].predicate, OPS["attn_varlen"]["fa4"].predicate
+    q, kv = torch.empty(2, 32, 128, 128, **bf16), torch.empty(2, 8, 128, 128, **bf16)
+    assert attn(q=q, k=kv, v=kv) is True
+    wide = torch.empty(1, 4, 16, 256, **bf16)
+    assert attn(q=wide, k=wide, v=wide) is True  # SM90 kernels take heads up to 256
+    odd = torch.empty(1, 4, 16, 100, **bf16)
+    assert attn(q=odd, k=odd, v=odd) is False  # 100 is no whole 16-byte vector of bf16
+    empty = torch.empty(1, 4, 0, 64, **bf16)
+    assert attn(q=empty, k=empty, v=empty) is False
+    packed = torch.empty(96, 8, 64, **bf16)
+    cu = torch.empty(4, dtype=torch.int32, device="meta")
+    assert varlen(q=packed, k=packed, v=packed, cu_seqlens=cu) is True
+    assert varlen(q=packed, k=packed, v=packed, cu_seqlens=cu.long()) is False  # its kernel asserts int32
+    monkeypatch.setattr(devices, "_capability", lambda index: (10, 0))
+    assert attn(q=wide, k=wide, v=wide) is False  # SM100 kernels: heads up to 128
+    assert attn(q=q, k=kv, v=kv) is True
+    monkeypatch.setattr(devices, "_capability", lambda index: (8, 0))
+    assert attn(q=q, k=kv, v=kv) is False  # validated on Hopper and newer
 
 
 def test_cudnn_norms_take_the_parameter_dtypes_its_graphs_do(cuda):

@@ -11,7 +11,7 @@ from torch.nn.attention import SDPBackend
 
 from popcorn.core import HALF, Float, dtypes, one_of, register_kernel
 from popcorn.core.constraints import divides
-from popcorn.core.devices import on_cuda
+from popcorn.core.devices import capability, on_cuda, on_sm90, whole_vectors
 from popcorn.core.numerics import upcast
 
 from . import sdpa
@@ -86,3 +86,16 @@ def fla_heads_fit(**arguments) -> bool:
 # fla: causal only; half precision only (its dots take fp32 operands as tf32, below fp32's accuracy)
 attn.register("fla", source="popcorn.kernels.attn.fla:attn", predicate=fla_heads_fit,
               gates={"is_causal": one_of(True), "q": dtypes(*HALF)})
+
+
+def fa4_fits(**arguments) -> bool:
+    """On Hopper (head_dim up to 256) or Blackwell (up to 128), head_dim a whole number of 16-byte vectors,
+    something to attend over: what FlashAttention 4's SM90 and SM100 kernels assert."""
+    if not on_sm90(**arguments):
+        return False
+    q, k = arguments["q"], arguments["k"]
+    return q.numel() > 0 and k.numel() > 0 and q.shape[-1] <= (256 if capability(q)[0] == 9 else 128) and whole_vectors(q)
+
+
+# fa4: 16-bit only (its fp8 path is forward-only with descales)
+attn.register("fa4", source="popcorn.kernels.attn.fa4:attn", predicate=fa4_fits, gates={"q": dtypes(*HALF)})

@@ -5,7 +5,7 @@ import torch
 from popcorn.core import HALF, Float, Int, dtypes, one_of, register_kernel
 from popcorn.core.constraints import at_most
 
-from ..attn import GQA, _attention, fla_heads_fit
+from ..attn import GQA, _attention, fa4_fits, fla_heads_fit
 
 
 def _cu_seqlens(shape, case, generator):
@@ -77,3 +77,13 @@ def attn_varlen(
 # fla: causal only; half precision only (its dots take fp32 operands as tf32, below fp32's accuracy)
 attn_varlen.register("fla", source="popcorn.kernels.attn_varlen.fla:attn_varlen", predicate=fla_heads_fit,
                      gates={"causal": one_of(True), "q": dtypes(*HALF)})
+
+
+
+def fa4_packed_fits(**arguments) -> bool:
+    """fa4_fits, with the int32 boundaries its varlen kernel asserts."""
+    return fa4_fits(**arguments) and arguments["cu_seqlens"].dtype == torch.int32
+
+
+attn_varlen.register("fa4", source="popcorn.kernels.attn_varlen.fa4:attn_varlen", predicate=fa4_packed_fits,
+                     gates={"q": dtypes(*HALF)})
