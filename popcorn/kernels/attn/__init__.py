@@ -94,7 +94,8 @@ def fa4_fits(**arguments) -> bool:
     if not on_sm90(**arguments):
         return False
     q, k = arguments["q"], arguments["k"]
-    return q.numel() > 0 and k.numel() > 0 and q.shape[-1] <= (256 if capability(q)[0] == 9 else 128) and whole_vectors(q)
+    widest = 256 if capability(q)[0] == 9 else 128
+    return q.numel() > 0 and k.numel() > 0 and q.shape[-1] <= widest and whole_vectors(q)
 
 
 # fa4: 16-bit only (its fp8 path is forward-only with descales)
