@@ -104,10 +104,13 @@ class Arbiter:
         granted in the order asked, so a large case is never overtaken by a stream of small ones."""
         if self.memory is None:
             return
+        # A re-reservation (an OOM retried alone) gives up the slot's memory while it waits, here and in the
+        # device's ledger: kept, it would deadlock against a case queued ahead that needs that memory (in
+        # the ledger, another slot of this fill granted the whole device here first, and every fill behind it)
+        if self.ledger is not None:
+            self.ledger.release(self._name(slot))
         with self._cv:
             want = self.memory if solo else min(nbytes, self.memory)
-            # A re-reservation (an OOM retried alone) gives up the slot's memory while it waits: kept, it
-            # would deadlock against a case queued ahead that needs that memory.
             if self._reserved.pop(slot, None):
                 self._cv.notify_all()
             ticket = object()

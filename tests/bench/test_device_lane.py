@@ -142,6 +142,28 @@ def test_a_re_reservation_waits_holding_nothing(tmp_path):
     assert solo.wait(10) and memory.held() == {f"{pid}-0": 100}
 
 
+def test_two_oom_retries_of_one_fill_do_not_deadlock_through_the_ledger(tmp_path):
+    # an H100 sweep stalled so (the stall report showed it): slot 0 OOMed and asked for the whole device,
+    # waiting in the fill's arbiter while its ledger entry stayed; slot 1 OOMed too, got the arbiter's
+    # whole device first and waited in the ledger for slot 0's stale entry, and every other fill on the
+    # device queued in the ledger behind slot 1
+    from popcorn.bench.arbiter import Arbiter
+
+    ledger = DeviceMemory(tmp_path, "gpu")
+    arbiter = Arbiter(100, ledger)
+    arbiter.reserve(0, 30)
+    arbiter.reserve(1, 30)
+    first, second = threading.Event(), threading.Event()
+    threading.Thread(target=lambda: (arbiter.reserve(1, 0, solo=True), first.set()), daemon=True).start()
+    assert not first.wait(0.3)  # slot 0's case still holds its memory
+    threading.Thread(target=lambda: (arbiter.reserve(0, 0, solo=True), second.set()), daemon=True).start()
+    assert first.wait(10), "slot 1's retry waits for slot 0's ledger entry, which slot 0 keeps while it waits"
+    assert not second.wait(0.3)
+    assert ledger.held() == {f"{os.getpid()}-1": 100}
+    arbiter.unreserve(1)
+    assert second.wait(10) and ledger.held() == {f"{os.getpid()}-0": 100}
+
+
 def test_a_dead_process_holds_no_memory(tmp_path):
     code = ("import os, sys, time; from pathlib import Path; from popcorn.bench.device_lane import DeviceMemory; "
             "DeviceMemory(Path(sys.argv[1]), 'gpu').reserve(f'{os.getpid()}-0', 90, 100); print('held', flush=True); "
