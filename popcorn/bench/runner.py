@@ -301,24 +301,39 @@ class Slot:
             need = reservation(first)
             self.now_doing(f"waiting for {need / 2**30:.2f} GiB of device memory ({first.op} {first.case.label})")
             arbiter.reserve(self.index, need)
+        kept = False  # the worker keeps this case's memory: a task not marked last was measured
         try:
             for order, task in group:
                 if runner.stop.is_set():
                     return
                 with runner.lock:
                     pruned = runner.pruned(order, task)
-                row = None if pruned else self.measure(task, last=order == group[-1][0])
+                last = order == group[-1][0]
+                row = None if pruned else self.measure(task, last=last)
                 if (row is not None and row.status == OOM and arbiter is not None
                         and arbiter.others_reserved(self.index)):
                     self.now_doing(f"waiting for the whole device to retry an OOM alone ({task.op} {task.impl} "
                                    f"{task.case.label})")
                     arbiter.reserve(self.index, 0, solo=True)  # other cases may have taken its memory
-                    row = self.measure(task, last=order == group[-1][0])
+                    row = self.measure(task, last=last)
+                if row is not None:
+                    kept = not last
                 runner.done(order, task, row)
         finally:
             self.now_doing(None)
             if arbiter is not None:
+                if kept:  # the group's last task was pruned: the memory goes back before others are lent it
+                    self.release_case()
                 arbiter.unreserve(self.index)
+
+    def release_case(self) -> None:
+        worker = self.worker
+        if worker is None or self.runner.stop.is_set():
+            return
+        try:
+            worker.release_case()
+        except (TimeoutError, EOFError, ConnectionError, OSError):
+            self.stop_worker(kill=True)  # a worker that cannot give the memory back gives it back by exiting
 
     def measure(self, task: Task, last: bool = False) -> Record:
         """The task's row; a worker that dies before taking the task is replaced, IDLE_DEATHS times.

@@ -179,6 +179,11 @@ def serve(conn, sentinel: str, device: str, lanes: bool = False, compile_threads
         task = conn.recv()
         if task is None:
             break
+        if task.get("release"):  # the case's group ended before a task marked last (pruned): give its memory back
+            held = _CACHE.key is not None
+            _CACHE.enter(None)
+            conn.send(("released", held))
+            continue
         path.write_text(json.dumps(task))
         lane.take_clock()
         try:
@@ -241,6 +246,17 @@ class Worker:
                     raise EOFError(f"the worker broke the lane protocol: {held!r}")
                 if self.arbiter is not None:
                     self.arbiter.started(self.slot)
+
+    def release_case(self, timeout: float = 60.0) -> bool:
+        """Have the worker give back the memory of the case it keeps (inputs, truths, the allocator's cache),
+        as a task marked ``last`` does; whether it kept one. Raises TimeoutError / EOFError as :meth:`run`."""
+        self.conn.send({"release": True})
+        if not self.conn.poll(timeout):
+            raise TimeoutError
+        message = self.conn.recv()
+        if not (isinstance(message, tuple) and message and message[0] == "released"):
+            raise EOFError(f"the worker broke the release protocol: {message!r}")
+        return message[1]
 
     def death_row(self) -> Record | None:
         """The crash row for the case named by the dead worker's sentinel; None when it died between

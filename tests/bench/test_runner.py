@@ -215,3 +215,21 @@ def test_only_the_first_interrupt_stops_a_fill_and_none_cuts_its_drain():
         for _ in range(10**5):
             pass
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_worker_gives_back_a_case_it_keeps_when_asked(tmp_path):
+    # a case group whose last task is pruned never sends the task marked last: the slot asks the worker to
+    # give the case's memory back before it unreserves, or the next case lent that memory runs out of it
+    from popcorn.bench.worker import Worker
+
+    task = plan(backends=["torch"]).todo[0]
+    worker = Worker(torch.device("cpu"), tmp_path / "sentinels")
+    try:
+        row, ok, _ = worker.run({**task.message(), "last": False}, 120)
+        assert ok and row["status"] == "pass"
+        assert worker.release_case() is True  # it kept the case (inputs, truths)
+        assert worker.release_case() is False  # and kept nothing after
+        row, ok, _ = worker.run({**task.message(), "last": True}, 120)
+        assert worker.release_case() is False  # a task marked last gives it back by itself
+    finally:
+        worker.close()
