@@ -2,9 +2,10 @@
 # On the GPU machine (no network): install the carried wheel folders of benchmarks/gpu_wheels.sh into
 # /tmp/site, whichever have arrived in this call; run it in every call, it repeats nothing.
 #   .whl .whl2 .whl3   installed as they are (deltalake unpacked from .whl2/deltalake.tar.xz)
-#   .whl4a .whl4b      quack's and flash-attn-4's closure: the small wheels at once, the two parts of the CuTe DSL's CUDA 13
-#                      libraries (an xz tarball of the unpacked wheel) kept in /tmp/parts (it outlives a call
-#                      while the machine stays warm) and unpacked into /tmp/site once both have come
+#   .whl4a .whl4b      quack's and flash-attn-4's closure: the small wheels at once, the two parts of the
+#                      CuTe DSL's CUDA 13 libraries (an xz tarball of the unpacked wheel) kept in /tmp/parts
+#                      (it outlives a call while the machine stays warm) and unpacked into /tmp/site once
+#                      both have come
 # Then: . benchmarks/gpu_env.sh (PYTHONPATH and PATH for /tmp/site, its .pth files included)
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -2,10 +2,11 @@
 # The wheels a GPU machine without network needs, for Python 3.12 on x86-64, in two carried folders:
 #   .whl/   liger-kernel, fla-core (the kernel libraries the fills measure)
 #   .whl3/  nvidia-cudnn-frontend (the cudnn family; its CuTe DSL dependency is for other kernels, left out)
-#   .whl4a/ .whl4b/  quack-kernels, flash-attn-4 (FlashAttention 4, in .whl4b) and CUTLASS's CuTe DSL: nvidia-cutlass-dsl-libs-cu13 (a 92 MB wheel, 227 MB
-#           unpacked) is unpacked, xz-compressed (64 MB) and split in two parts, one folder per call (the machine
-#           keeps /tmp between warm calls); benchmarks/gpu_install.sh installs what has arrived and unpacks the
-#           libraries once both parts are there. .whl3 and .whl4a fit one call beside the tree, .whl4b the next
+#   .whl4a/ .whl4b/  quack-kernels, flash-attn-4 (FlashAttention 4, in .whl4b) and CUTLASS's CuTe DSL:
+#           nvidia-cutlass-dsl-libs-cu13 (a 92 MB wheel, 227 MB unpacked) is unpacked, xz-compressed (64 MB)
+#           and split in two parts, one folder per call (the machine keeps /tmp between warm calls);
+#           benchmarks/gpu_install.sh installs what has arrived and unpacks the libraries once both parts are
+#           there. .whl3 and .whl4a fit one call beside the tree, .whl4b the next
 #   .whl2/  dagster and what it needs beyond the GPU image's packages, and deltalake unpacked and
 #           xz-compressed (its 52 MB wheel would not fit one call's 64 MiB beside the tree)
 # .whl2 (50 MB) fits one call beside the tree and .whl, not beside .whl3 too: carry what the call needs.

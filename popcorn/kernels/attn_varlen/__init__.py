@@ -79,7 +79,6 @@ attn_varlen.register("fla", source="popcorn.kernels.attn_varlen.fla:attn_varlen"
                      gates={"causal": one_of(True), "q": dtypes(*HALF)})
 
 
-
 def fa4_packed_fits(**arguments) -> bool:
     """fa4_fits, with the int32 boundaries its varlen kernel asserts."""
     return fa4_fits(**arguments) and arguments["cu_seqlens"].dtype == torch.int32
