@@ -139,6 +139,17 @@ class Arbiter:
     def _name(slot: int) -> str:
         return f"{os.getpid()}-{slot}"
 
+    def free(self) -> int:
+        """Bytes a reservation asked now would get at once (none while one waits), the device's ledger
+        counted; a fill picks the cases it takes next by it (:func:`popcorn.bench.runner.first_fit`)."""
+        if self.memory is None:
+            return 0
+        with self._cv:
+            if self._queue:
+                return 0
+            free = self.memory - sum(self._reserved.values())
+        return max(0, min(free, self.ledger.free(self.memory))) if self.ledger is not None else max(0, free)
+
     def others_reserved(self, slot: int) -> bool:
         """Whether other cases hold device memory: this fill's, or other fills' on the device."""
         with self._cv:

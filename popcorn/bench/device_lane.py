@@ -171,6 +171,11 @@ class DeviceMemory:
         with self._ledger() as book:
             return dict(book["held"])
 
+    def free(self, capacity: int) -> int:
+        """Bytes of ``capacity`` a reservation asked now would get at once: none while others wait."""
+        with self._ledger() as book:
+            return 0 if book["waiting"] else max(0, capacity - sum(book["held"].values()))
+
     @contextlib.contextmanager
     def _ledger(self):
         with _open_shared(self.path, write=True) as f:

@@ -101,6 +101,7 @@ class _Runner:
         self.held: dict[int, tuple[Task, Record]] = {}  # rows an unfinished earlier task could still prune
         self.left: dict[str, int] = {}  # op -> tasks not yet counted (an op's rows are written when it ends)
         self.groups = self.begin(tasks)
+        self.needs: dict[int, int] = {}  # a group's first plan order -> the device bytes it reserves
         self.stop = threading.Event()
         self.error: BaseException | None = None
         memory, ledger = _device_memory(tasks, workers)
@@ -164,9 +165,29 @@ class _Runner:
         with self.lock:
             if self.stop.is_set() or not self.groups:
                 return None
-            group = self.groups.pop(0)
+            group = self.groups.pop(self.pick())
             self.unfinished.update(group)
             return group
+
+    def need(self, group: list[tuple[int, Task]]) -> int:
+        """The device bytes ``group`` reserves (its first task's :func:`reservation`), worked out once."""
+        order, first = group[0]
+        if order not in self.needs:
+            self.needs[order] = reservation(first)
+        return self.needs[order]
+
+    def pick(self) -> int:
+        """Which group a free slot takes (an index into ``self.groups``): the first in plan order, but with
+        several slots on arbitrated memory a case larger than a slot's share of it is passed over until it
+        fits in the memory free now or no smaller case is left. Taken in plan order, each such case drained
+        every slot while it waited for its memory and then ran nearly alone (run 9: 897 of 1,812
+        worker-seconds idle). Rows stay those of plan order: :meth:`could_prune` counts the passed-over
+        cases as earlier tasks still to come."""
+        arbiter = self.arbiter
+        if arbiter is None or arbiter.memory is None or len(self.slots) < 2:
+            return 0
+        return first_fit([min(self.need(g), arbiter.memory) for g in self.groups],
+                         arbiter.free(), arbiter.memory // len(self.slots))
 
     def learn(self, task: Task, row: Record, order: int) -> None:
         """Remember a row's exhausted budget for the tasks still to come."""
@@ -182,9 +203,17 @@ class _Runner:
         return any(self.frontier(task.op, impl).blocks(task.case, task.grad, task.stratum, before=order)
                    for impl in (REFERENCE, task.impl))
 
+    def earlier(self, order: int):
+        """(order, task) of every task before ``order`` in the plan not yet counted: taken, or passed over."""
+        yield from self.unfinished.items()
+        for group in self.groups:  # in plan order
+            if group[0][0] > order:
+                return
+            yield from group
+
     def could_prune(self, order: int, task: Task) -> bool:
         """Whether an earlier task not yet counted could still prune ``task`` (were it to run out)."""
-        for o, t in self.unfinished.items():
+        for o, t in self.earlier(order):
             if o < order and t.op == task.op and t.impl in (REFERENCE, task.impl):
                 probe = Frontier()
                 probe.add(t.case, t.grad, t.stratum)
@@ -298,9 +327,9 @@ class Slot:
         runner, arbiter = self.runner, self.runner.arbiter
         if arbiter is not None:
             first = group[0][1]
-            need = reservation(first)
+            need = runner.need(group)
             self.now_doing(f"waiting for {need / 2**30:.2f} GiB of device memory ({first.op} {first.case.label})")
-            arbiter.reserve(self.index, need)
+            self.reserve(need)
         kept = False  # the worker keeps this case's memory: a task not marked last was measured
         try:
             for order, task in group:
@@ -314,7 +343,7 @@ class Slot:
                         and arbiter.others_reserved(self.index)):
                     self.now_doing(f"waiting for the whole device to retry an OOM alone ({task.op} {task.impl} "
                                    f"{task.case.label})")
-                    arbiter.reserve(self.index, 0, solo=True)  # other cases may have taken its memory
+                    self.reserve(0, solo=True)  # other cases may have taken its memory
                     row = self.measure(task, last=last)
                 if row is not None:
                     kept = not last
@@ -325,6 +354,13 @@ class Slot:
                 if kept:  # the group's last task was pruned: the memory goes back before others are lent it
                     self.release_case()
                 arbiter.unreserve(self.index)
+
+    def reserve(self, nbytes: int, solo: bool = False) -> None:
+        t0 = time.monotonic()
+        try:
+            self.runner.arbiter.reserve(self.index, nbytes, solo=solo)
+        finally:
+            self.runner.summary.spent({"memory": time.monotonic() - t0})
 
     def release_case(self) -> None:
         worker = self.worker
@@ -392,6 +428,15 @@ class Slot:
         worker, self.worker = self.worker, None
         if worker is not None:
             worker.kill() if kill else worker.close()
+
+
+def first_fit(needs: list[int], free: int, share: int) -> int:
+    """The index of the first of ``needs`` (bytes, in plan order) within ``share`` or ``free``; 0 when none
+    is: every case left is large and none fits now, so the first waits for its memory."""
+    for i, need in enumerate(needs):
+        if need <= share or need <= free:
+            return i
+    return 0
 
 
 def reservation(task: Task) -> int:

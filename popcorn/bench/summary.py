@@ -20,9 +20,10 @@ if TYPE_CHECKING:
     from .tasks import Task, Tasks
 
 # worker seconds by what they went to: a task's phases (its worker's clocks), "startup" (a worker's spawn and
-# imports, until it takes tasks) and "lost" (tasks whose worker was killed or died: a timeout, a crash);
-# breakdown()'s "idle" is the rest (slots with no case left to take, the pipe)
-PHASES = ("warmup", "truth", "trials", "timing", "wait", "startup", "lost")
+# imports, until it takes tasks), "lost" (tasks whose worker was killed or died: a timeout, a crash) and
+# "memory" (a slot waiting for device memory: its case's reservation, or the whole device to retry an OOM
+# alone); breakdown()'s "idle" is the rest (slots with no case left to take, the pipe)
+PHASES = ("warmup", "truth", "trials", "timing", "wait", "memory", "startup", "lost")
 
 # progress(task, row, summary) after each task taken: ``row`` is the measured Record, None when pruned
 Progress = Callable[["Task", "Record | None", "Summary"], None]
@@ -70,8 +71,10 @@ class Summary:
                 mine[k] = mine.get(k, 0.0) + v
 
     def per_pair(self) -> dict:
-        """Per backend, the worker seconds of each phase per measured pair (``pairs``: how many)."""
-        return {impl: {"pairs": c["pairs"], **{k: round(c.get(k, 0.0) / c["pairs"], 3) for k in PHASES}}
+        """Per backend, the worker seconds of each phase per measured pair (``pairs``: how many); a case's
+        memory wait is its slot's, not one backend's."""
+        return {impl: {"pairs": c["pairs"], **{k: round(c.get(k, 0.0) / c["pairs"], 3) for k in PHASES
+                                               if k != "memory"}}
                 for impl, c in sorted(self.by_impl.items()) if c["pairs"]}
 
     def breakdown(self) -> dict:

@@ -233,3 +233,39 @@ def test_a_worker_gives_back_a_case_it_keeps_when_asked(tmp_path):
         assert worker.release_case() is False  # a task marked last gives it back by itself
     finally:
         worker.close()
+
+
+def test_first_fit_passes_over_cases_above_a_slots_share_until_they_fit_or_are_all_that_is_left():
+    from popcorn.bench.runner import first_fit
+
+    assert first_fit([1, 50, 2], free=10, share=5) == 0  # plan order while cases are small
+    assert first_fit([50, 2, 60], free=10, share=5) == 1  # a large case waits while a small one can go
+    assert first_fit([50, 60], free=55, share=5) == 0  # it goes once it fits in the memory free now
+    assert first_fit([60, 50], free=55, share=5) == 1
+    assert first_fit([60, 50], free=0, share=5) == 0  # only large cases left: the first waits for its memory
+
+
+def test_a_parallel_fill_takes_a_small_case_past_a_large_one_and_still_prunes_in_plan_order(tmp_path):
+    # run 9 (H100): a case needing the whole device, taken in plan order, drained every slot while it waited
+    # for its memory. Passed over instead, it must still count as an earlier task: its OOM prunes the larger
+    # cases after it, so their rows wait for it as a serial fill's would
+    from popcorn.bench.arbiter import Arbiter
+    from popcorn.bench.runner import _Runner, reservation
+
+    by_case: dict = {}
+    for t in plan(backends=["torch"]).todo:
+        by_case.setdefault((t.case.case_id, t.grad), []).append(t)
+    groups = [g for (_, grad), g in by_case.items() if grad]
+    small, large, larger = groups[0], groups[-2], groups[-1]  # the slice grows along hidden
+    runner = _Runner(ShardSink(tmp_path / "out"), None, 2, Tasks(large + small + larger))
+    need = {id(g): reservation(g[0]) for g in (small, large)}
+    assert need[id(large)] > need[id(small)]
+    runner.arbiter = Arbiter(memory_bytes=need[id(large)] + need[id(small)])  # a slot's share < large's need
+    runner.arbiter.reserve(7, need[id(small)] + 1)  # another case holds memory: large does not fit now
+    taken = runner.next_group()
+    assert [t for _, t in taken] == small
+    later = runner.groups[-1][0]
+    assert later[1] in larger and runner.could_prune(*later)  # large, passed over, is still ahead of it
+    runner.arbiter.unreserve(7)
+    assert [t for _, t in runner.next_group()] == large  # it fits now
+    assert runner.could_prune(*later)
