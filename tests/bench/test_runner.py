@@ -269,3 +269,32 @@ def test_a_parallel_fill_takes_a_small_case_past_a_large_one_and_still_prunes_in
     runner.arbiter.unreserve(7)
     assert [t for _, t in runner.next_group()] == large  # it fits now
     assert runner.could_prune(*later)
+
+
+def test_an_oom_retried_alone_runs_in_a_fresh_worker_with_every_other_worker_stopped(tmp_path, monkeypatch):
+    # run 10 (H100): idle workers held 1.5-2.8 GiB each, and 1.5 GiB cases ran out of memory again when
+    # "retried alone" beside them; an OOM row that prunes a stratum must be the case's own
+    from popcorn.bench.arbiter import Arbiter
+    from popcorn.bench.runner import _Runner
+    from popcorn.bench.worker import Worker
+
+    monkeypatch.setenv("TOY_OOM_FROM", "1")
+    tasks = plan(backends=["toy:oom"])
+    runner = _Runner(ShardSink(tmp_path / "out"), None, 3, tasks)
+    runner.arbiter = Arbiter(memory_bytes=2**30)
+    slots = runner.slots
+    try:
+        for slot in slots:
+            slot.worker = Worker(torch.device("cpu"), tmp_path / "sentinels", slot.index, runner.arbiter)
+        first = slots[0].worker
+        others = [s.worker for s in slots[1:]]
+        task = next(t for t in tasks.todo if t.impl == "toy:oom")
+        slots[0].reserve(1000)
+        row = slots[0].retry_alone(task, last=True)
+        assert row.status == "oom" and "retried alone" in row.reason
+        assert all(s.worker is None for s in slots[1:]) and not any(w.proc.is_alive() for w in others)
+        assert not first.proc.is_alive() and slots[0].worker is not None and slots[0].worker.proc.is_alive()
+        assert runner.summary.phases["memory"] >= 0
+    finally:
+        for slot in slots:
+            slot.stop_worker(kill=True)
