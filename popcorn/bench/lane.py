@@ -82,6 +82,11 @@ def hold(kind: str):
 # copies), by backend: (module, class, method timing one config). Imported only once a task of theirs runs.
 LIBRARY_AUTOTUNERS = {"quack": ("quack.autotuner", "Autotuner", "_bench")}
 _guarding = False  # guard_autotuning ran: library autotuners are guarded as their backends come up
+# Triton's do_bench as a fill's autotuners call it: 5 ms of warm-up and 25 ms of repetitions, not 25 and 100.
+# Each config's benchmark holds the shared lane, and every timing waits for the lane to drain: fla tunes 7 to
+# 18 configs per new shape, 2-3 s of device time at Triton's defaults. A config's median over 25 ms (thousands
+# of calls of a microsecond kernel, tens of a millisecond one) still tells the configs apart.
+AUTOTUNE_BENCH_MS = {"warmup": 5, "rep": 25}
 
 
 def guard_autotuning() -> None:
@@ -96,7 +101,7 @@ def guard_autotuning() -> None:
     except ImportError:
         pass
     else:  # the Autotuner asks the driver for do_bench, which imports it at each call
-        _in_shared_lane(triton.testing, "do_bench", compile_first=True)
+        _in_shared_lane(triton.testing, "do_bench", compile_first=True, defaults=AUTOTUNE_BENCH_MS)
     try:
         from torch._inductor.runtime import benchmarking
     except ImportError:
@@ -121,16 +126,20 @@ def guard_backend(backend: str) -> None:
     _in_shared_lane(owner, method)
 
 
-def _in_shared_lane(owner, name: str, compile_first: bool = False) -> None:
+def _in_shared_lane(owner, name: str, compile_first: bool = False, defaults: dict | None = None) -> None:
     """Replace ``owner.name`` by a function that calls it holding the shared lane (once). ``compile_first``:
     the benchmark's callable (its first argument) is called once before, outside the lane: a Triton
     autotuner's first call of a config JIT-compiles it, seconds of host work that would otherwise hold
-    the lane and keep every timing waiting (one launch beside others' work, as the warm-up's)."""
+    the lane and keep every timing waiting (one launch beside others' work, as the warm-up's).
+    ``defaults``: keyword arguments for a call that passes only the callable and keywords (a caller's own
+    values stand)."""
     fn = getattr(owner, name)
     if getattr(fn, "popcorn_lane", False):
         return
 
     def shared(*args, **kwargs):
+        if defaults and len(args) == 1:
+            kwargs = {**defaults, **kwargs}
         if compile_first and held is None and args and callable(args[0]):
             args[0]()
         with hold(SHARED):

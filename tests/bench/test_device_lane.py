@@ -204,8 +204,9 @@ def test_autotuners_benchmark_in_the_shared_lane(monkeypatch, lane_supervisor):
 
     from popcorn.bench import lane
 
-    seen = []
-    monkeypatch.setattr(triton.testing, "do_bench", lambda fn, **k: seen.append(lane.held) or 1.0)
+    seen, asked_ms = [], []
+    monkeypatch.setattr(triton.testing, "do_bench",
+                        lambda fn, **k: asked_ms.append((k.get("warmup"), k.get("rep"))) or seen.append(lane.held) or 1.0)
     previous = getattr(benchmarking, "_gpu_benchmark_lock_context", None)
     try:
         lane.guard_autotuning()
@@ -214,6 +215,10 @@ def test_autotuners_benchmark_in_the_shared_lane(monkeypatch, lane_supervisor):
 
         assert triton.testing.do_bench(call) == 1.0 and seen == [SHARED]
         assert kernel_calls == [None]  # its first call (the config's JIT compile) ran outside the lane
+        assert asked_ms == [(5, 25)]  # a short benchmark: every timing waits for the lane to drain of it
+        triton.testing.do_bench(call, rep=7)
+        assert asked_ms[-1] == (5, 7)  # a caller's own value stands
+        kernel_calls.pop()
         with lane.hold(SHARED):  # inside a trial, the benchmark keeps the trial's hold
             triton.testing.do_bench(call)
         assert kernel_calls == [None]
