@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import inspect
 import time
 
 SHARED, EXCLUSIVE, RELEASE, HELD = "shared", "exclusive", "release", "held"
@@ -102,6 +103,7 @@ def guard_autotuning() -> None:
         pass
     else:  # the Autotuner asks the driver for do_bench, which imports it at each call
         _in_shared_lane(triton.testing, "do_bench", compile_first=True, defaults=AUTOTUNE_BENCH_MS)
+        _tune_in_one_hold()
     try:
         from torch._inductor.runtime import benchmarking
     except ImportError:
@@ -110,6 +112,46 @@ def guard_autotuning() -> None:
         benchmarking.set_gpu_benchmark_lock_context(lambda: hold(SHARED))
     else:
         _in_shared_lane(benchmarking.benchmarker, "benchmark_gpu")
+
+
+_compiling = False  # a Triton autotuner's first pass: each config's benchmark only compiles it
+
+
+def _tune_in_one_hold() -> None:
+    """Triton's Autotuner with its timings cached on disk (TRITON_CACHE_AUTOTUNING, set in a fill's workers,
+    and fla's own setting) benchmarks a new key's configs through ``check_disk_cache``: there, each config is
+    compiled first (one call each, outside the lanes) and then every config is benchmarked in one shared
+    hold. One hold per config waited for the timings queued meanwhile 7 to 18 times per new fla shape."""
+    try:
+        from triton.runtime.autotuner import Autotuner
+    except ImportError:
+        return
+    original = getattr(Autotuner, "check_disk_cache", None)
+    if original is None or getattr(original, "popcorn_lane", False):
+        return
+    if list(inspect.signature(original).parameters) != ["self", "tuning_key", "configs", "bench_fn"]:
+        return  # another Triton: its per-config holds stand
+    Autotuner.check_disk_cache = in_one_hold(original)
+
+
+def in_one_hold(check_disk_cache):
+    """``check_disk_cache`` whose benchmark runs twice: a compiling pass (do_bench calls each config once and
+    times nothing), then the timed pass, holding the shared lane once."""
+    def wrapped(self, tuning_key, configs, bench_fn):
+        def bench():
+            global _compiling
+            if held is not None:  # already in a hold (a trial's): benchmark there
+                return bench_fn()
+            _compiling = True
+            try:
+                bench_fn()
+            finally:
+                _compiling = False
+            with hold(SHARED):
+                return bench_fn()
+        return check_disk_cache(self, tuning_key, configs, bench)
+    wrapped.popcorn_lane = True
+    return wrapped
 
 
 def guard_backend(backend: str) -> None:
@@ -138,6 +180,10 @@ def _in_shared_lane(owner, name: str, compile_first: bool = False, defaults: dic
         return
 
     def shared(*args, **kwargs):
+        if compile_first and _compiling and args and callable(args[0]):
+            args[0]()  # the autotuner's compiling pass (:func:`in_one_hold`): no timing, no lane
+            quantiles = kwargs.get("quantiles")
+            return [0.0] * len(quantiles) if quantiles else 0.0
         if defaults and len(args) == 1:
             kwargs = {**defaults, **kwargs}
         if compile_first and held is None and args and callable(args[0]):

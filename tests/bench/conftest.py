@@ -24,7 +24,8 @@ class Supervisor:
     def __init__(self):
         self.worker_end, self._end = mp.Pipe()
         self.asked: list = []
-        threading.Thread(target=self._answer, daemon=True).start()
+        self._thread = threading.Thread(target=self._answer, daemon=True)
+        self._thread.start()
 
     def _answer(self):
         while True:
@@ -44,7 +45,8 @@ class Supervisor:
         return self.asked
 
     def close(self):
-        self.worker_end.close()
+        self.worker_end.close()  # the answering thread reads EOF and ends, before its end of the pipe closes
+        self._thread.join(5)
         self._end.close()
 
 

@@ -204,6 +204,9 @@ def test_autotuners_benchmark_in_the_shared_lane(monkeypatch, lane_supervisor):
 
     from popcorn.bench import lane
 
+    from triton.runtime.autotuner import Autotuner
+
+    monkeypatch.setattr(Autotuner, "check_disk_cache", Autotuner.check_disk_cache)  # guarded below, undone after
     seen, asked_ms = [], []
     monkeypatch.setattr(triton.testing, "do_bench",
                         lambda fn, **k: asked_ms.append((k.get("warmup"), k.get("rep"))) or seen.append(lane.held) or 1.0)
@@ -232,6 +235,33 @@ def test_autotuners_benchmark_in_the_shared_lane(monkeypatch, lane_supervisor):
     finally:
         if hasattr(benchmarking, "set_gpu_benchmark_lock_context"):
             benchmarking.set_gpu_benchmark_lock_context(previous)
+
+
+def test_a_triton_autotuner_compiles_every_config_then_benchmarks_them_in_one_hold(monkeypatch, lane_supervisor):
+    # fla tunes 7 to 18 configs per new shape: a hold per config waited for the queued timings each time
+    import triton.testing
+    from triton.runtime.autotuner import Autotuner
+
+    from popcorn.bench import lane
+
+    monkeypatch.setattr(Autotuner, "check_disk_cache", Autotuner.check_disk_cache)
+    timed = []
+    monkeypatch.setattr(triton.testing, "do_bench", lambda fn, **k: (fn(), timed.append(lane.held)) and [1.0] * 3)
+    lane.guard_autotuning()
+    assert getattr(Autotuner.check_disk_cache, "popcorn_lane", False)  # this Triton's autotuner is guarded
+
+    calls = []
+
+    def bench_fn():  # the Autotuner's benchmark(): one do_bench per config
+        return {c: triton.testing.do_bench(lambda c=c: calls.append((c, lane.held)), quantiles=(0.5, 0.2, 0.8))
+                for c in "abc"}
+
+    check = lane.in_one_hold(lambda self, key, configs, fn: fn())  # check_disk_cache without a cached timing
+    assert check(None, ("D", 4096), list("abc"), bench_fn) == {c: [1.0] * 3 for c in "abc"}
+    assert calls[:3] == [("a", None), ("b", None), ("c", None)]  # compiled one by one outside the lanes
+    assert timed == [SHARED] * 3 and all(held == SHARED for _, held in calls[3:])  # then timed in one hold
+    asked = lane_supervisor.settled(2)
+    assert asked == [("lane", SHARED), ("lane", "release")]
 
 
 class ConfigTimer:
