@@ -188,7 +188,8 @@ class _Runner:
         arbiter = self.arbiter
         if arbiter is None or arbiter.memory is None or len(self.slots) < 2:
             return 0
-        return first_fit([min(self.need(g), arbiter.memory) for g in self.groups],
+        # a generator: a group's need is worked out only when the groups before it do not fit
+        return first_fit((min(self.need(g), arbiter.memory) for g in self.groups),
                          arbiter.free(), arbiter.memory // len(self.slots))
 
     def learn(self, task: Task, row: Record, order: int) -> None:
@@ -445,7 +446,7 @@ class Slot:
             worker.kill() if kill else worker.close()
 
 
-def first_fit(needs: list[int], free: int, share: int) -> int:
+def first_fit(needs: Iterable[int], free: int, share: int) -> int:
     """The index of the first of ``needs`` (bytes, in plan order) within ``share`` or ``free``; 0 when none
     is: every case left is large and none fits now, so the first waits for its memory."""
     for i, need in enumerate(needs):
