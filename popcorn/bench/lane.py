@@ -114,13 +114,16 @@ def guard_autotuning() -> None:
         _in_shared_lane(benchmarking.benchmarker, "benchmark_gpu")
 
 
-_compiling = False  # a Triton autotuner's first pass: each config's benchmark only compiles it
+_compiles = None  # a Triton autotuner's compiling pass (a _Compiles): each config's benchmark only compiles it
+# A new key's configs compile side by side in the compiling pass: ptxas, a subprocess, is most of each
+# compile (two thirds of fla's layer-norm kernel's), and fla compiles 6 to 15 configs per new shape.
+COMPILE_THREADS = 8
 
 
 def _tune_in_one_hold() -> None:
     """Triton's Autotuner with its timings cached on disk (TRITON_CACHE_AUTOTUNING, set in a fill's workers,
-    and fla's own setting) benchmarks a new key's configs through ``check_disk_cache``: there, each config is
-    compiled first (one call each, outside the lanes) and then every config is benchmarked in one shared
+    and fla's own setting) benchmarks a new key's configs through ``check_disk_cache``: there, every config is
+    compiled first (outside the lanes, side by side) and then every config is benchmarked in one shared
     hold. One hold per config waited for the timings queued meanwhile 7 to 18 times per new fla shape."""
     try:
         from triton.runtime.autotuner import Autotuner
@@ -135,23 +138,76 @@ def _tune_in_one_hold() -> None:
 
 
 def in_one_hold(check_disk_cache):
-    """``check_disk_cache`` whose benchmark runs twice: a compiling pass (do_bench calls each config once and
-    times nothing), then the timed pass, holding the shared lane once."""
+    """``check_disk_cache`` whose benchmark runs twice: a compiling pass (do_bench hands each config's
+    kernel call to :class:`_Compiles` and times nothing), then the timed pass, holding the shared lane once."""
     def wrapped(self, tuning_key, configs, bench_fn):
         def bench():
-            global _compiling
+            global _compiles
             if held is not None:  # already in a hold (a trial's): benchmark there
                 return bench_fn()
-            _compiling = True
+            _compiles = _Compiles(COMPILE_THREADS if _side_by_side(self) else 1)
             try:
                 bench_fn()
             finally:
-                _compiling = False
+                _compiles.finish()
+                _compiles = None
             with hold(SHARED):
                 return bench_fn()
         return check_disk_cache(self, tuning_key, configs, bench)
     wrapped.popcorn_lane = True
     return wrapped
+
+
+def _side_by_side(tuner) -> bool:
+    """Whether ``tuner``'s kernel calls may run concurrently: not where a hook keeps state between a call's
+    start and end (restore_value's copies on the tuner, a user's own hooks)."""
+    return not (getattr(tuner, "restore_value", None) or getattr(tuner, "user_defined_pre_hook", False)
+                or getattr(tuner, "user_defined_post_hook", False))
+
+
+class _Compiles:
+    """The kernel calls of a compiling pass: the first in the calling thread (Triton sets up what it does once
+    per kernel), the others in up to ``threads`` threads on the caller's device and stream, all finished by
+    :meth:`finish`. Their errors are dropped: the timed pass calls every config again and meets them there."""
+
+    def __init__(self, threads: int):
+        self.threads, self.pool, self.place = threads, None, None
+        self.first = True
+
+    def submit(self, call) -> None:
+        if self.first or self.threads <= 1:
+            self.first = False
+            try:
+                call()
+            except Exception:  # noqa: BLE001 - the timed pass reports it
+                pass
+            return
+        if self.pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self.pool = ThreadPoolExecutor(self.threads, thread_name_prefix="popcorn-compile")
+            self.place = _callers_stream()
+        self.pool.submit(self.place, call)
+
+    def finish(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True)
+
+
+def _callers_stream():
+    """A runner of a call on this thread's CUDA device and stream (both are per thread in torch), so a config
+    launched from a compile thread queues behind the work before it."""
+    import torch
+
+    if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+        return lambda call: call()
+    device = torch.cuda.current_device()
+    stream = torch.cuda.current_stream(device)
+
+    def run(call):
+        with torch.cuda.device(device), torch.cuda.stream(stream):
+            call()
+    return run
 
 
 def guard_backend(backend: str) -> None:
@@ -180,8 +236,8 @@ def _in_shared_lane(owner, name: str, compile_first: bool = False, defaults: dic
         return
 
     def shared(*args, **kwargs):
-        if compile_first and _compiling and args and callable(args[0]):
-            args[0]()  # the autotuner's compiling pass (:func:`in_one_hold`): no timing, no lane
+        if compile_first and _compiles is not None and args and callable(args[0]):
+            _compiles.submit(args[0])  # the autotuner's compiling pass (:func:`in_one_hold`): no timing, no lane
             quantiles = kwargs.get("quantiles")
             return [0.0] * len(quantiles) if quantiles else 0.0
         if defaults and len(args) == 1:
