@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from popcorn.bench import store  # noqa: E402
 from popcorn.bench.fill import fill  # noqa: E402
 from popcorn.bench.sinks import ShardSink  # noqa: E402
+from popcorn.bench.summary import lane_states  # noqa: E402
 from popcorn.kernels import OPS  # noqa: E402
 
 
@@ -62,7 +63,8 @@ def one_fill(ops, limit: int, workers: int, trials: int, root: Path, label: str,
     return {"label": label, "workers": workers, "pairs": summary.measured, "wall_s": round(wall, 1),
             "pairs_per_min": round(summary.measured / (wall / 60), 1), "busy_fraction": round(b["busy_fraction"], 3),
             "phases_s": {k: round(v, 1) for k, v in b["phases"].items()}, "per_pair": b["per_pair"],
-            "by_status": by_status,
+            "lanes": {k: round(v, 2) for k, v in (b["lanes"] or {}).items()}, "by_status": by_status,
+            "retried_alone": b["retried_alone"],
             "rows": {(r.op, r.impl, r.case_id, r.grad): r for r in rows}}
 
 
@@ -157,7 +159,9 @@ def main() -> int:
         print(f"{run['label']:<22} {run['workers']:>7} {run['pairs']:>6} {run['wall_s']:>7.0f} "
               f"{run['pairs_per_min']:>9.1f} {run['busy_fraction']:>5.0%}  "
               + " ".join(f"{k}={v:.0f}" for k, v in run["phases_s"].items()), flush=True)
-        print(f"{'':<22} rows by status: {run['by_status']}", flush=True)
+        print(f"{'':<22} rows by status: {run['by_status']}; OOMs retried alone: {run['retried_alone']}", flush=True)
+        if run["lanes"]:
+            print(f"{'':<22} {lane_states(run['lanes'])}", flush=True)
         for impl, c in run["per_pair"].items():  # where each backend's worker time goes, per pair
             print(f"{'':<22} {impl:<10} {c['pairs']:>5} pairs, s/pair: "
                   + " ".join(f"{k}={c[k]:.2f}" for k in c if k != "pairs"), flush=True)

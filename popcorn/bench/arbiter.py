@@ -10,7 +10,9 @@ timing, the lane cycled at about 0.6 s per pair). Holds belong to a slot, so a w
 (:meth:`Arbiter.drop`). The arbiter also hands out device memory by reservation: a case group
 reserves its correctness footprint before its worker starts, so parallel cases never run a device
 out of memory that one case alone would fit in; with a ``ledger``, the reservations of other fills
-on the device count too. It keeps the seconds the exclusive lane was held: the fill's GPU busy time.
+on the device count too. It keeps the seconds the exclusive lane was held (the fill's GPU busy time) and
+the seconds the lanes spent in each state (:meth:`Arbiter.occupancy`): exclusive, shared, handing over
+(nothing held while holds wait: a drain's tail) or free (nothing asked).
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ class Closed(RuntimeError):
     """The fill is stopping: no lane or memory is granted any more."""
 
 
+LANE_STATES = ("exclusive", "shared", "handover", "free")
+
+
 class Arbiter:
     def __init__(self, memory_bytes: int | None = None, ledger=None):
         self._cv = threading.Condition()
@@ -38,6 +43,9 @@ class Arbiter:
         self._shared_waiting: list[int] = []  # per shared request waiting, the exclusive holds asked before it
         self._since = 0.0
         self.busy_s = 0.0  # seconds the exclusive lane was held
+        self._marked = time.monotonic()
+        self._states = dict.fromkeys(LANE_STATES, 0.0)  # lane state -> seconds
+        self._shared_s = 0.0  # seconds x shared holds: their mean number at once
         self.memory = memory_bytes  # None: memory is not arbitrated (CPU)
         self.ledger = ledger  # the device's reservations across processes (device_lane.DeviceMemory), if shared
         self._reserved: dict[int, int] = {}  # slot -> bytes
@@ -48,15 +56,18 @@ class Arbiter:
         with self._cv:
             if kind == SHARED:
                 asked = self._tickets
+                self._mark()
                 self._shared_waiting.append(asked)
                 try:
                     self._cv.wait_for(lambda: self.closed or self._exclusive is None
                                       and (not self._exclusive_waiting or self._handovers >= asked))
                 finally:
+                    self._mark()
                     self._shared_waiting.remove(asked)
                 self._check_open()
                 self._shared[slot] = self._shared.get(slot, 0) + 1
             elif kind == EXCLUSIVE:
+                self._mark()
                 self._tickets += 1
                 self._exclusive_waiting += 1
                 try:  # shared requests whose earlier exclusive holds have all ended go first
@@ -64,6 +75,7 @@ class Arbiter:
                                       and not any(n for s, n in self._shared.items() if s != slot)
                                       and not any(a <= self._handovers for a in self._shared_waiting))
                 finally:
+                    self._mark()
                     self._exclusive_waiting -= 1
                 self._check_open()
                 self._exclusive, self._since = slot, time.monotonic()
@@ -79,6 +91,7 @@ class Arbiter:
     def release(self, slot: int) -> None:
         """Release the slot's most recent hold (exclusive first: a worker times with no trial open)."""
         with self._cv:
+            self._mark()
             if self._exclusive == slot:
                 self._end_exclusive()
             elif self._shared.get(slot):
@@ -94,6 +107,26 @@ class Arbiter:
     def _check_open(self) -> None:
         if self.closed:
             raise Closed("the fill is stopping")
+
+    def _mark(self) -> None:
+        """Add the seconds since the last change to the lanes' state until now (call it, holding the lock,
+        before each change)."""
+        now = time.monotonic()
+        spent, self._marked = now - self._marked, now
+        holds = sum(self._shared.values())
+        state = ("exclusive" if self._exclusive is not None else "shared" if holds
+                 else "handover" if self._exclusive_waiting or self._shared_waiting else "free")
+        self._states[state] += spent
+        if state == "shared":
+            self._shared_s += holds * spent
+
+    def occupancy(self) -> dict:
+        """Seconds the lanes spent in each of LANE_STATES so far (``handover``: nothing held while a hold
+        waits) and ``mean_shared``, the mean number of shared holds while any was held."""
+        with self._cv:
+            self._mark()
+            shared = self._states["shared"]
+            return {**self._states, "mean_shared": self._shared_s / shared if shared else 0.0}
 
     def _end_exclusive(self) -> None:
         self.busy_s += time.monotonic() - self._since
@@ -182,6 +215,7 @@ class Arbiter:
         """Free every lane the slot's worker held (it died or was killed); its memory stays reserved
         until the slot unreserves, as the case is still its own."""
         with self._cv:
+            self._mark()
             if self._exclusive == slot:
                 self._end_exclusive()
             self._shared.pop(slot, None)

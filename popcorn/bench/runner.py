@@ -289,6 +289,7 @@ class _Runner:
         self.flush()
         if self.arbiter is not None:
             self.summary.busy_s = self.arbiter.busy()
+            self.summary.lanes = self.arbiter.occupancy()
 
 
 def _device_memory(tasks: Tasks, workers: int) -> tuple:
@@ -362,6 +363,7 @@ class Slot:
         and allocator leftovers: on the H100 of run 10, 1.5-2.8 GiB each, 11 of them a third of the device,
         and cases of 1.5 GiB ran out of memory again when retried beside them. An OOM now is the case's
         own, and its row says it ran alone (it prunes the larger cases of its stratum)."""
+        self.runner.summary.retried_alone += 1
         self.now_doing(f"waiting for the whole device to retry an OOM alone ({task.op} {task.impl} {task.case.label})")
         self.reserve(0, solo=True)
         for slot in self.runner.slots:

@@ -56,6 +56,8 @@ class Summary:
     phases: dict = field(default_factory=dict)  # phase -> worker seconds
     by_impl: dict = field(default_factory=dict)  # backend -> {phase: worker seconds, "pairs": n}
     busy_s: float | None = None  # seconds the timing lane held the device (parallel fills)
+    lanes: dict | None = None  # seconds in each lane state, and the mean shared holds (Arbiter.occupancy)
+    retried_alone: int = 0  # OOMs beside other cases measured again with the device to themselves
     pairs: list = field(default_factory=list)  # (op, impl, case_id, grad) of every planned pair, in plan order
     unavailable: dict = field(default_factory=dict)  # backend asked for by name -> why it cannot run here
     device: str | None = None  # the device name its rows carry (e.g. 'NVIDIA H200')
@@ -86,7 +88,8 @@ class Summary:
         phases["idle"] = max(0.0, self.workers * wall - sum(phases.values()))
         return {"wall_s": wall, "pairs_per_min": self.measured / (wall / 60) if wall > 0 else 0.0,
                 "busy_s": busy, "busy_fraction": busy / wall if wall > 0 else 0.0, "workers": self.workers,
-                "phases": phases, "per_pair": self.per_pair()}
+                "phases": phases, "per_pair": self.per_pair(), "lanes": self.lanes,
+                "retried_alone": self.retried_alone}
 
     def add(self, op: str, impl: str, what: str) -> None:
         c = self.counts.setdefault((op, impl), {})
@@ -126,7 +129,20 @@ class Summary:
             parts = ", ".join(f"{k} {v:.0f} s ({v / total:.0%})" for k, v in b["phases"].items())
             lines.append(f"timing lane busy {b['busy_fraction']:.0%} of the wall time; {b['workers']} worker(s) "
                          f"spent {total:.0f} s: {parts}")
+            if self.lanes:
+                lines.append(lane_states(self.lanes))
+            if self.retried_alone:
+                lines.append(f"{self.retried_alone} out-of-memory pair(s) retried with the device to themselves "
+                             "(every other slot waited: their memory wait)")
         return "\n".join(lines)
+
+
+def lane_states(lanes: dict) -> str:
+    """The lanes' states as shares of their time: whether the device's lane work or the workers limit a fill."""
+    total = sum(v for k, v in lanes.items() if k != "mean_shared") or 1.0
+    return (f"lanes: exclusive {lanes['exclusive'] / total:.0%}, shared {lanes['shared'] / total:.0%} "
+            f"({lanes['mean_shared']:.1f} holds at once), handing over {lanes['handover'] / total:.0%}, "
+            f"free {lanes['free'] / total:.0%}")
 
 
 class ProgressLine:

@@ -6,6 +6,7 @@ import subprocess
 import sys
 import threading
 import time
+import types
 
 import pytest
 
@@ -60,6 +61,10 @@ def test_timing_never_shares_the_device_with_correctness_trials(env, monkeypatch
         assert not overlapping, f"a trial of another worker ran while worker {pid} timed"
     b = summary.breakdown()
     assert b["workers"] == 3 and b["busy_s"] > 0 and 0 < b["busy_fraction"] < 1
+    lanes = b["lanes"]  # the lanes' states over the run: the exclusive one's seconds are the busy time
+    assert abs(lanes["exclusive"] - b["busy_s"]) < 0.01 and lanes["shared"] > 0 and lanes["mean_shared"] >= 1
+    assert sum(v for k, v in lanes.items() if k != "mean_shared") <= b["wall_s"]
+    assert "lanes: exclusive" in summary.table()
     assert b["phases"]["timing"] > 0 and b["phases"]["trials"] > 0
     per_pair = b["per_pair"]  # each backend's seconds per pair, from the same phase clocks
     assert {k: v["pairs"] for k, v in per_pair.items()} == {"toy:lanes": 12, "torch": 12}
@@ -101,6 +106,23 @@ def test_the_arbiter_keeps_timing_alone_and_frees_what_a_dead_worker_held():
     time.sleep(0.05)
     arbiter.release(2)
     assert late.wait(10) and arbiter.busy() >= 0.05
+
+
+def test_the_arbiter_counts_the_seconds_its_lanes_spend_in_each_state(monkeypatch):
+    # whether a fill's device work or its workers limit it: exclusive, shared (and how many at once), free
+    from popcorn.bench import arbiter as arbiter_module
+
+    now = [0.0]
+    monkeypatch.setattr(arbiter_module, "time", types.SimpleNamespace(monotonic=lambda: now[0]))
+    arbiter = Arbiter()
+    for t, slot, act in [(1, 0, "shared"), (3, 1, "shared"), (4, 0, "release"), (6, 1, "release"),
+                         (7, 2, "exclusive"), (9, 2, "release")]:
+        now[0] = t
+        arbiter.release(slot) if act == "release" else arbiter.acquire(slot, SHARED if act == "shared" else EXCLUSIVE)
+    now[0] = 10
+    lanes = arbiter.occupancy()
+    assert lanes == {"exclusive": 2, "shared": 5, "handover": 0, "free": 3, "mean_shared": 6 / 5}
+    assert arbiter.busy() == 2
 
 
 def test_memory_reservations_queue_and_a_solo_retry_waits_for_the_device_to_empty():

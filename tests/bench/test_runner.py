@@ -294,7 +294,7 @@ def test_an_oom_retried_alone_runs_in_a_fresh_worker_with_every_other_worker_sto
         assert row.status == "oom" and "retried alone" in row.reason
         assert all(s.worker is None for s in slots[1:]) and not any(w.proc.is_alive() for w in others)
         assert not first.proc.is_alive() and slots[0].worker is not None and slots[0].worker.proc.is_alive()
-        assert runner.summary.phases["memory"] >= 0
+        assert runner.summary.phases["memory"] >= 0 and runner.summary.retried_alone == 1
     finally:
         for slot in slots:
             slot.stop_worker(kill=True)
