@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
+from .arbiter import LANE_STATES
 from .record import STATUSES, Record
 
 if TYPE_CHECKING:
@@ -139,7 +140,7 @@ class Summary:
 
 def lane_states(lanes: dict) -> str:
     """The lanes' states as shares of their time: whether the device's lane work or the workers limit a fill."""
-    total = sum(v for k, v in lanes.items() if k != "mean_shared") or 1.0
+    total = sum(lanes[k] for k in LANE_STATES) or 1.0
     return (f"lanes: exclusive {lanes['exclusive'] / total:.0%}, shared {lanes['shared'] / total:.0%} "
             f"({lanes['mean_shared']:.1f} holds at once), handing over {lanes['handover'] / total:.0%}, "
             f"free {lanes['free'] / total:.0%}")
