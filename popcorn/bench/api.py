@@ -78,7 +78,8 @@ def run_case(op: Op, impl: Implementation, case: Case, draw, grad: bool, device:
             else:
                 result.bench_error = describe(e)
         finally:
-            free_memory(held)
+            with lane.phase("cleanup"):
+                free_memory(held)
     return result
 
 

@@ -8,8 +8,9 @@ when the lane is free; where fills share a device (:mod:`popcorn.bench.device_la
 any fill then takes the device's lane across processes too. Outside a fill's worker (bench mode,
 ``compare``) a hold costs nothing.
 
-:func:`phase` adds a block's seconds to :data:`clock` (warm-up, truth, trials, timing, wait), which
-the worker sends back with each row, so a fill can say where its wall time went.
+:func:`phase` adds a block's seconds to :data:`clock` (warm-up, truth, trials, timing, wait, ...:
+:data:`popcorn.bench.summary.PHASES`), which the worker sends back with each row, so a fill can say
+where its wall time went.
 """
 
 from __future__ import annotations

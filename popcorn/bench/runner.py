@@ -101,6 +101,7 @@ class _Runner:
         self.last_write = self.last_count = time.monotonic()
         self.unfinished: dict[int, Task] = {}  # plan order -> task of a group taken, not yet counted
         self.held: dict[int, tuple[Task, Record]] = {}  # rows an unfinished earlier task could still prune
+        self.deferred: list[tuple[int, Task]] = []  # OOMs beside other cases, retried alone once the rest ran
         self.left: dict[str, int] = {}  # op -> tasks not yet counted (an op's rows are written when it ends)
         self.groups = self.begin(tasks)
         self.needs: dict[int, int] = {}  # a group's first plan order -> the device bytes it reserves
@@ -135,14 +136,36 @@ class _Runner:
         threading.Thread(target=self.watch_stalls, name="fill-stalls", daemon=True).start()
         if len(self.slots) == 1:
             self.slots[0].loop()
-            return
-        self.threads = [threading.Thread(target=slot.loop, name=f"fill-slot-{slot.index}", daemon=True)
-                        for slot in self.slots]
-        for t in self.threads:
-            t.start()
-        for t in self.threads:
-            while t.is_alive():
-                t.join(0.2)  # wakes for Ctrl-C
+        else:
+            self.threads = [threading.Thread(target=slot.loop, name=f"fill-slot-{slot.index}", daemon=True)
+                            for slot in self.slots]
+            for t in self.threads:
+                t.start()
+            for t in self.threads:
+                while t.is_alive():
+                    t.join(0.2)  # wakes for Ctrl-C
+        self.retry_deferred()
+
+    def defer(self, order: int, task: Task) -> None:
+        """``task`` ran out of memory beside other cases: it is retried alone after every other case, not
+        now. Retried at once, it drained the device: every slot waited for the cases in flight, then for
+        it (run 11: 1 to 3 such retries, 813-1,052 worker-seconds of a 12-worker, 170 s fill). Until then
+        it counts as unfinished, so the rows it could prune wait for it, as a serial fill would have them."""
+        with self.lock:
+            self.deferred.append((order, task))
+
+    def retry_deferred(self) -> None:
+        """Measure the deferred OOMs in plan order, each with the device to itself (:meth:`Slot.retry_alone`);
+        one whose case an earlier real OOM dominates is pruned instead."""
+        slot = self.slots[0]
+        for order, task in sorted(self.deferred, key=lambda d: d[0]):
+            if self.stop.is_set() or self.error is not None:
+                return
+            with self.lock:
+                pruned = self.pruned(order, task)
+            row = None if pruned else slot.retry_alone(task, last=True)
+            self.done(order, task, row)
+        self.deferred = []
 
     def watch_stalls(self) -> None:
         """While the run goes, report every STALL_S without a counted row what each slot is doing and what
@@ -343,11 +366,12 @@ class Slot:
                     pruned = runner.pruned(order, task)
                 last = order == group[-1][0]
                 row = None if pruned else self.measure(task, last=last)
-                if (row is not None and row.status == OOM and arbiter is not None
-                        and arbiter.others_reserved(self.index)):
-                    row = self.retry_alone(task, last)  # other cases may have taken its memory
                 if row is not None:
                     kept = not last
+                if (row is not None and row.status == OOM and arbiter is not None
+                        and arbiter.others_reserved(self.index)):
+                    runner.defer(order, task)  # other cases may have taken its memory
+                    continue
                 runner.done(order, task, row)
         finally:
             self.now_doing(None)
@@ -359,16 +383,22 @@ class Slot:
     def retry_alone(self, task: Task, last: bool) -> Record:
         """Measure ``task`` again, out of memory beside other cases, with the device to itself: the whole
         device reserved, then every worker of the fill stopped (the others are idle, as no other case
-        holds memory) and the task run in a fresh one. Idle workers keep their context, compiled modules
+        holds memory) and the task run in a fresh one. The runner calls it once every other case ran
+        (:meth:`_Runner.retry_deferred`). Idle workers keep their context, compiled modules
         and allocator leftovers: on the H100 of run 10, 1.5-2.8 GiB each, 11 of them a third of the device,
         and cases of 1.5 GiB ran out of memory again when retried beside them. An OOM now is the case's
         own, and its row says it ran alone (it prunes the larger cases of its stratum)."""
         self.runner.summary.retried_alone += 1
         self.now_doing(f"waiting for the whole device to retry an OOM alone ({task.op} {task.impl} {task.case.label})")
-        self.reserve(0, solo=True)
+        if self.runner.arbiter is not None:
+            self.reserve(0, solo=True)
         for slot in self.runner.slots:
             slot.stop_worker()
-        row = self.measure(task, last=last)
+        try:
+            row = self.measure(task, last=last)
+        finally:
+            if self.runner.arbiter is not None:
+                self.runner.arbiter.unreserve(self.index)
         if row.status == OOM:
             row.reason = f"{row.reason} [retried alone: the only worker on the device]"
         return row

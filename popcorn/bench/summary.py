@@ -2,9 +2,12 @@
 
 The workers report, per task, the seconds each phase took (:mod:`popcorn.bench.lane`): ``warmup``
 (the first call: compiles, autotuning), ``truth`` (inputs and the reference's fp64 and native
-runs), ``trials`` (the candidate's correctness runs), ``timing`` (the device held alone) and
-``wait`` (for a lane). The timing lane's busy fraction is the share of wall time the device spent
-timing: the next bottleneck is whatever the rest of the time went to.
+runs), ``trials`` (the candidate's correctness runs), ``prep`` (timing's untimed side in the shared
+lane: warm-ups, peak memory, host time, graph capture), ``clock`` (the device, held alone, kept
+busy until its clock is up: :func:`popcorn.bench.timing.clock_up`), ``timing`` (the timed samples),
+``cleanup`` (the timing's memory given back) and ``wait`` (for a lane). The timing lane's busy
+fraction is the share of wall time the device spent timing: the next bottleneck is whatever the
+rest of the time went to.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ if TYPE_CHECKING:
 # imports, until it takes tasks), "lost" (tasks whose worker was killed or died: a timeout, a crash) and
 # "memory" (a slot waiting for device memory: its case's reservation, or the whole device to retry an OOM
 # alone); breakdown()'s "idle" is the rest (slots with no case left to take, the pipe)
-PHASES = ("warmup", "truth", "trials", "timing", "wait", "memory", "startup", "lost")
+PHASES = ("warmup", "truth", "trials", "prep", "clock", "timing", "cleanup", "wait", "memory", "startup", "lost")
 
 # progress(task, row, summary) after each task taken: ``row`` is the measured Record, None when pruned
 Progress = Callable[["Task", "Record | None", "Summary"], None]
@@ -58,7 +61,7 @@ class Summary:
     by_impl: dict = field(default_factory=dict)  # backend -> {phase: worker seconds, "pairs": n}
     busy_s: float | None = None  # seconds the timing lane held the device (parallel fills)
     lanes: dict | None = None  # seconds in each lane state, and the mean shared holds (Arbiter.occupancy)
-    retried_alone: int = 0  # OOMs beside other cases measured again with the device to themselves
+    retried_alone: int = 0  # OOMs beside other cases measured again, at the end, with the device to themselves
     pairs: list = field(default_factory=list)  # (op, impl, case_id, grad) of every planned pair, in plan order
     unavailable: dict = field(default_factory=dict)  # backend asked for by name -> why it cannot run here
     device: str | None = None  # the device name its rows carry (e.g. 'NVIDIA H200')
@@ -133,8 +136,8 @@ class Summary:
             if self.lanes:
                 lines.append(lane_states(self.lanes))
             if self.retried_alone:
-                lines.append(f"{self.retried_alone} out-of-memory pair(s) retried with the device to themselves "
-                             "(every other slot waited: their memory wait)")
+                lines.append(f"{self.retried_alone} out-of-memory pair(s) retried with the device to themselves, "
+                             "after every other case")
         return "\n".join(lines)
 
 

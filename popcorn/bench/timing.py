@@ -122,7 +122,9 @@ def time_cpu(call: Callable, setup: Callable = _noop) -> list[float]:
 
 
 # -- CUDA ---------------------------------------------------------------------------------------
-WARM_MS, WARM_CALLS = 25.0, (3, 200)  # untimed warm-up before timing: wall time, fewest and most calls
+# untimed warm-up before timing: wall time, fewest and most calls. Short: the correctness trials and the host
+# time before it have run the call dozens of times, and the clock is clock_up's (it held the shared lane 75 ms a pair)
+WARM_MS, WARM_CALLS = 5.0, (3, 200)
 LEAD_MS = (0.5, 50.0)  # the device's head start before a batch of samples: at least, at most
 _cycles_per_ms: dict = {}  # device -> spin cycles of torch.cuda._sleep per millisecond (None: unavailable)
 
@@ -141,6 +143,65 @@ def _spin_rate(device: torch.device) -> float | None:
         except Exception:  # noqa: BLE001 - a build without the spin kernel times without a head start
             _cycles_per_ms[device] = None
     return _cycles_per_ms[device]
+
+
+CLOCK_UP = (0.9, 10.0, 200.0)  # before timed samples: spin to this share of the max SM clock, or a plateau
+# this many ms long, for at most this many ms
+_nvml: dict = {}  # device -> (NVML handle, max SM clock in MHz), or None where NVML cannot say
+
+
+def sm_clock(device: torch.device) -> tuple[int, int] | None:
+    """(current, max) SM clock of ``device`` in MHz through NVML; None where NVML is missing or cannot say."""
+    if device not in _nvml:
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            handle = pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{torch.cuda.get_device_properties(device).uuid}")
+            _nvml[device] = (handle, pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM))
+        except Exception:  # noqa: BLE001 - no pynvml, no NVML, a build without device uuids
+            _nvml[device] = None
+    if _nvml[device] is None:
+        return None
+    import pynvml
+
+    handle, top = _nvml[device]
+    try:
+        return pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM), top
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _spin_2ms(device: torch.device) -> bool:
+    rate = _spin_rate(device) if device.type == "cuda" else None
+    if rate is None:
+        return False
+    torch.cuda._sleep(int(rate * 2.0))
+    torch.cuda.synchronize(device)
+    return True
+
+
+def clock_up(device: torch.device, clock=sm_clock, spin=_spin_2ms, wall=time.perf_counter) -> bool:
+    """Keep the device busy until its SM clock is up: CLOCK_UP[0] of its max, or no higher for CLOCK_UP[1]
+    ms (a power or thermal cap), for at most CLOCK_UP[2] ms. An idle H100 drops its SM clock to 345 of 1980
+    MHz within seconds, so a serial fill, whose device idles while the host compiles, would time latency-bound
+    calls on a clock still rising; a parallel fill's device never idles. Returns whether it had to spin."""
+    now = clock(device)
+    if now is None or now[0] >= CLOCK_UP[0] * now[1]:
+        return False
+    t0 = best_at = wall()
+    best = now[0]
+    while (wall() - t0) * 1e3 < CLOCK_UP[2]:
+        if not spin(device):
+            return False
+        now = clock(device)
+        if now is None or now[0] >= CLOCK_UP[0] * now[1]:
+            break
+        if now[0] > best:
+            best, best_at = now[0], wall()
+        elif (wall() - best_at) * 1e3 >= CLOCK_UP[1]:
+            break
+    return True
 
 
 _primed: set = set()  # devices this process has primed
@@ -352,7 +413,7 @@ def measure(fn: Callable, arguments: dict, grad: bool, device: torch.device) -> 
     out: dict = {}
     graphs: dict = {}
     try:
-        with lane.hold(lane.SHARED):
+        with lane.hold(lane.SHARED), lane.phase("prep"):
             step.step() if grad else step.forward()  # lazy compiles and autotuning must not count as memory
             out["fwd_mem_mb"] = peak_mb(step.forward, device)
             if grad:
@@ -408,6 +469,8 @@ def _cuda_samples(timer: CudaTimer, step: Step, pair: tuple, graphs: dict, grad:
     samples: dict = {}
     name = "cuda-events"
     with lane.hold(lane.EXCLUSIVE):
+        with lane.phase("clock"):
+            clock_up(timer.device)
         est = timer._estimate(step.forward)
         if graphs and est < GRAPH_BELOW_MS:
             try:

@@ -298,3 +298,43 @@ def test_an_oom_retried_alone_runs_in_a_fresh_worker_with_every_other_worker_sto
     finally:
         for slot in slots:
             slot.stop_worker(kill=True)
+
+
+def test_an_oom_beside_other_cases_is_retried_alone_after_every_other_case_ran(tmp_path, monkeypatch):
+    # run 11 (H100): each OOM retried at once drained the device, every slot idle while the cases in flight
+    # ended and the retry ran (813-1,052 worker-seconds of a 170 s, 12-worker fill): the retries wait for the end
+    from popcorn.bench.arbiter import Arbiter
+    from popcorn.bench.runner import _Runner
+
+    monkeypatch.setenv("TOY_OOM_FROM", "32")
+    tasks = plan(backends=["toy:oom"], limit=12)
+    sink = ShardSink(tmp_path / "out")
+    runner = _Runner(sink, None, 2, tasks)
+    runner.arbiter = Arbiter(memory_bytes=2**40)
+    runner.arbiter.reserve(7, 1)  # another fill's case holds memory all along: every OOM is beside it
+    seen = {}
+    retry = runner.retry_deferred
+
+    def at_the_end():
+        seen["deferred"] = [t for _, t in runner.deferred]
+        seen["counted"] = runner.summary.measured
+        seen["groups_left"] = len(runner.groups)
+        runner.arbiter.unreserve(7)  # the other fill ends: the retries get the device to themselves
+        retry()
+    monkeypatch.setattr(runner, "retry_deferred", at_the_end)
+    try:
+        runner.go()
+    finally:
+        runner.finish()
+    ooms = [t for t in tasks.todo if t.impl == "toy:oom" and t.case.dims["hidden"] >= 32]
+    assert len(ooms) > 1 and sorted(map(id, seen["deferred"])) == sorted(map(id, ooms))
+    # every other pair was counted before the first retry: none was retried at once
+    assert seen["groups_left"] == 0 and seen["counted"] == len(tasks.todo) - len(ooms)
+    # as a serial fill has it: the smallest OOM, alone, is the case's own and prunes the larger ones
+    assert runner.summary.retried_alone == 1
+    assert runner.summary.counts[("toy_scale", "toy:oom")] == {"pass": len(tasks.todo) // 2 - len(ooms), "oom": 1,
+                                                               "pruned": len(ooms) - 1}
+    written = [r for f in store.jsonl_files([tmp_path / "out"]) for r in store.read_file(f)]
+    assert [r.case_id for r in written if r.status == "oom"] == [ooms[0].case.case_id]
+    assert all("retried alone" in r.reason for r in written if r.status == "oom")
+    assert len(written) == runner.summary.measured

@@ -67,3 +67,31 @@ def test_prime_is_skipped_on_cpu_and_survives_a_machine_without_a_driver():
         assert timing.prime(torch.device("cuda", 0)) is False
     assert torch.device("cuda", 0) in timing._primed
     assert timing.prime(torch.device("cuda", 0)) is False  # once per process
+
+
+def test_clock_up_spins_until_the_clock_is_up_or_stops_rising():
+    import torch
+
+    from popcorn.bench.timing import CLOCK_UP, clock_up
+
+    dev = torch.device("cpu")
+    t = [0.0]
+
+    def run(readings):
+        readings, spins = iter(readings), []
+
+        def spin(_):
+            t[0] += 0.002
+            spins.append(t[0])
+            return True
+        wall = (lambda: t[0])
+        return clock_up(dev, lambda _: next(readings), spin, wall), len(spins)
+
+    assert run([(1980, 1980)]) == (False, 0)  # already up: not one spin
+    assert clock_up(dev, lambda _: None) is False  # no NVML: nothing to wait for
+    assert run([(345, 1980), (900, 1980), (1500, 1980), (1800, 1980)]) == (True, 3)  # 1800 >= 90% of 1980
+    # a capped clock (power, heat) that stops rising: CLOCK_UP[1] ms after its last rise, not the whole cap
+    plateau = [(345, 1980), (1400, 1980)] + [(1400, 1980)] * 1000
+    assert run(plateau) == (True, 1 + int(CLOCK_UP[1] / 2))
+    assert run([(345, 1980)] * 1000)[1] <= int(CLOCK_UP[2] / 2) + 1  # never rising: at most the cap
+    assert clock_up(dev, lambda _: (345, 1980), lambda _: False) is False  # no spin kernel: no wait
