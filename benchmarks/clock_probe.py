@@ -51,9 +51,12 @@ def busy(seconds: float) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--contexts", action="store_true", help="only the table of calls beside idle CUDA contexts")
+    ap.add_argument("--suspects", action="store_true", help="only the tables of calls per replay and contexts")
     args = ap.parse_args()
     timer = CudaTimer(torch.device("cuda"))
-    if args.contexts:
+    if args.contexts or args.suspects:
+        if args.suspects:
+            suspects(timer)
         beside_contexts(timer)
         return 0
     calls = {"tiny (4096x64 fp16 mul)": [torch.randn(4096, 64, device="cuda", dtype=torch.float16) for _ in range(8)],

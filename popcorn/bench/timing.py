@@ -5,8 +5,9 @@ for per-call events to see past launch overhead, CUDA-graph replay of many unrol
 rotate through enough input copies to defeat L2. Each batch is enqueued while the device spins on a
 head start, so a stalled host never leaves an idle gap inside a timed region. Samples come in
 doubling batches until their 20-80% spread settles within 2% of the median or the target wall time
-is spent (a settled median gains nothing from more). Warm-ups and graph capture run before the
-timed samples, beside other workers' trials; only the samples hold the device alone. CPU: a
+is spent (a settled median gains nothing from more). Warm-ups run before the timed samples, beside
+other workers' trials, and graph capture (host work) beside anything; only the samples hold the
+device alone. CPU: a
 perf_counter loop. Peak memory comes
 from one untimed call, so no timer buffer ever counts. Host wall time per call is measured
 without synchronizing: what a training loop pays on the CPU side.
@@ -323,24 +324,30 @@ class CudaTimer:
             best = min(best, s.elapsed_time(e))
         return best
 
-    def capture(self, calls: list[Callable], est_ms: float) -> "Graph":
-        """A CUDA graph of unrolled calls cycling through ``calls`` (each on its own inputs), about 1 ms
-        of work per replay. Capturing runs nothing timed: the device may be shared meanwhile."""
+    def ready(self, calls: list[Callable]):
+        """Run each of ``calls`` twice on a side stream, as graph capture requires; returns the stream. This
+        runs on the device (beside other workers' trials, not their timing): :meth:`capture` runs nothing."""
         stream = torch.cuda.Stream(self.device)
         stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(stream):
-            for c in calls * 2:  # warm up on the capture stream, as graph capture requires
+            for c in calls * 2:
                 c()
         torch.cuda.current_stream(self.device).wait_stream(stream)
         torch.cuda.synchronize(self.device)
+        return stream
+
+    def capture(self, calls: list[Callable], est_ms: float, stream=None) -> "Graph":
+        """A CUDA graph of unrolled calls cycling through ``calls`` (each on its own inputs), about 1 ms
+        of work per replay, on ``stream`` (from :meth:`ready`; made here when None). Capturing records the
+        launches and runs none: host work, which a fill does outside the device lanes. The first replay,
+        which uploads the graph, is :meth:`replay`'s."""
+        stream = self.ready(calls) if stream is None else stream
         per_graph = max(len(calls), int(math.ceil(1.0 / max(est_ms, 1e-4))))
         per_graph = min(len(calls) * max(1, per_graph // len(calls)), 1000)
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g, stream=stream):
             for i in range(per_graph):
                 calls[i % len(calls)]()
-        g.replay()
-        torch.cuda.synchronize(self.device)
         return Graph(g, per_graph, keep=calls)  # bound methods of the Steps: their input copies stay alive
 
     def replay(self, graph: "Graph", est_ms: float) -> list[float]:
@@ -404,8 +411,9 @@ def measure(fn: Callable, arguments: dict, grad: bool, device: torch.device) -> 
     """Time forward, backward and the step of ``fn`` on ``arguments``; returns (timing columns, timer).
 
     Only the timed samples hold the device alone (:mod:`popcorn.bench.lane`): peak memory is counted
-    per process and host time is the CPU's, so they run beside other workers' trials, with the warm-ups
-    and graph captures, in one shared hold: a pair waits for the lane twice, not once per step."""
+    per process and host time is the CPU's, so they run beside other workers' trials, with the warm-ups,
+    in one shared hold: a pair waits for the lane twice, not once per step. Graph capture runs nothing on
+    the device and holds no lane (it is host work: 0.1-0.2 s for a thousand unrolled eager steps)."""
     prime(device)
     step = Step(fn, arguments, grad)
     pair = step.backward_pair() if grad else (None, None)
@@ -421,9 +429,11 @@ def measure(fn: Callable, arguments: dict, grad: bool, device: torch.device) -> 
             out["host_us"] = round(host_us(step.forward, device), 3)
             if grad:  # what an eager training loop pays the host per call: ranks eager calls beside device time
                 out["step_host_us"] = round(host_us(step.step, device), 3)
-            if timer is not None:
-                graphs = _prepare(timer, step, pair, fn, arguments, grad)
+            ready = _prepare(timer, step, pair, fn, arguments, grad) if timer is not None else {}
         if timer is not None:
+            with lane.phase("capture"):
+                _capture(timer, ready, graphs)
+            del ready
             samples, timer_name = _cuda_samples(timer, step, pair, graphs, grad)
         else:
             timer_name = "cpu"
@@ -440,25 +450,38 @@ def measure(fn: Callable, arguments: dict, grad: bool, device: torch.device) -> 
 
 
 def _prepare(timer: CudaTimer, step: Step, pair: tuple, fn, arguments: dict, grad: bool) -> dict:
-    """The untimed side of CUDA timing, run beside other workers' trials: warm-ups, and graphs of a
-    forward (and step) short enough to replay (see :func:`_cuda_samples`); {} where none is captured."""
+    """The untimed device work of CUDA timing, run beside other workers' trials: warm-ups, and for a forward
+    (and step) short enough to replay (see :func:`_cuda_samples`), the graphs' input copies warmed up on
+    their capture streams. Returns {quantity: (calls, est_ms, stream)} for :func:`_capture`; {} for none."""
     setup, call = pair
-    graphs: dict = {}
     timer.warm(step.forward)
     if grad:
         timer.warm(step.step)
         timer.warm(call, setup)
     rough = timer._estimate(step.forward)  # beside others' work: whether to capture, and graph sizes
+    ready: dict = {}
     if rough < 2 * GRAPH_BELOW_MS:
         try:
             steps = [Step(fn, arguments, grad) for _ in range(timer.copies(arguments))]
-            graphs["fwd"] = timer.capture([s.forward for s in steps], rough)
+            ready["fwd"] = ([s.forward for s in steps], rough)
             if grad:
-                graphs["step"] = timer.capture([s.step for s in steps], timer._estimate(step.step))
-        except Exception:  # noqa: BLE001 - a kernel that syncs or allocates on the host cannot be captured
+                ready["step"] = ([s.step for s in steps], timer._estimate(step.step))
+            ready = {k: (calls, est, timer.ready(calls)) for k, (calls, est) in ready.items()}
+        except Exception:  # noqa: BLE001 - timed by events instead
             torch.cuda.synchronize(timer.device)
-            _reset(graphs)
-    return graphs
+            ready = {}
+    return ready
+
+
+def _capture(timer: CudaTimer, ready: dict, graphs: dict) -> None:
+    """Capture the graphs :func:`_prepare` made ready into ``graphs``, outside the device lanes (capturing
+    runs nothing); none where one fails."""
+    try:
+        for k, (calls, est, stream) in ready.items():
+            graphs[k] = timer.capture(calls, est, stream)
+    except Exception:  # noqa: BLE001 - a kernel that syncs or allocates on the host cannot be captured
+        torch.cuda.synchronize(timer.device)
+        _reset(graphs)
 
 
 def _cuda_samples(timer: CudaTimer, step: Step, pair: tuple, graphs: dict, grad: bool) -> tuple[dict, str]:
