@@ -149,6 +149,8 @@ def serve(conn, sentinel: str, device: str, lanes: bool = False, compile_threads
     """Worker loop: receive tasks on ``conn`` until None; reply (record dict, device_ok, phase seconds).
     ``lanes``: hold the device's lanes through the supervisor (a parallel fill); ``shared_lanes``: and
     across processes (other fills on the device), the supervisor told when each is held."""
+    if lanes or shared_lanes:  # before any thread starts: they inherit the cores left to them
+        lane.keep_a_core_for_timing()
     if compile_threads:  # workers compiling side by side share the host's cores
         os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = str(compile_threads)
         torch.set_num_threads(compile_threads)

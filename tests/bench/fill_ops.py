@@ -75,13 +75,15 @@ def toy_die_together(x, alpha):
 
 @toy_scale.register("toy:lanes")
 def toy_lanes(x, alpha):
-    """Logs (pid, lane held, start, end) of each call to TOY_LANE_LOG: which device lane the call ran in."""
+    """Logs (pid, lane held, start, end, cores it may run on) of each call to TOY_LANE_LOG: which device lane
+    the call ran in, on which cores."""
     from popcorn.bench import lane
 
     t0 = time.monotonic()
     time.sleep(0.02 if lane.held == lane.SHARED else 0.0005)  # trials long enough to overlap timing, were lanes not kept
+    cores = ",".join(map(str, sorted(os.sched_getaffinity(0))))
     with open(os.environ["TOY_LANE_LOG"], "a") as f:
-        f.write(f"{os.getpid()} {lane.held} {t0} {time.monotonic()}\n")
+        f.write(f"{os.getpid()} {lane.held} {t0} {time.monotonic()} {cores}\n")
     return x * alpha
 
 

@@ -83,7 +83,7 @@ FILL = ("import sys; from popcorn.bench.fill import fill; from tests.bench impor
 
 
 def spans(log: Path) -> list[tuple[str, float, float]]:
-    return [(held, float(t0), float(t1)) for _, held, t0, t1 in (line.split() for line in log.read_text().splitlines())]
+    return [(held, float(t0), float(t1)) for _, held, t0, t1, _ in (line.split() for line in log.read_text().splitlines())]
 
 
 def test_two_fills_on_one_device_never_time_beside_the_others_trials(tmp_path):

@@ -52,7 +52,13 @@ def test_timing_never_shares_the_device_with_correctness_trials(env, monkeypatch
                    limit=12)
     assert summary.measured == 24
     calls = [line.split() for line in log.read_text().splitlines()]
-    spans = [(int(pid), held, float(t0), float(t1)) for pid, held, t0, t1 in calls]
+    spans = [(int(pid), held, float(t0), float(t1)) for pid, held, t0, t1, _ in calls]
+    # the exclusive holder times on a core of its own: the first of the fill's, which no other worker runs on
+    first = min(os.sched_getaffinity(0))
+    cores: dict = {}
+    for _, held, _, _, allowed in calls:
+        cores.setdefault(held, set()).update(map(int, allowed.split(",")))
+    assert cores[EXCLUSIVE] == {first} and first not in cores[SHARED]
     timed = [s for s in spans if s[1] == EXCLUSIVE]
     trials = [s for s in spans if s[1] == SHARED]
     assert timed and trials and {s[0] for s in spans} and len({s[0] for s in trials}) > 1  # several workers ran
