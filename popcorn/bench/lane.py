@@ -119,11 +119,13 @@ def hold(kind: str):
 # copies), by backend: (module, class, method timing one config). Imported only once a task of theirs runs.
 LIBRARY_AUTOTUNERS = {"quack": ("quack.autotuner", "Autotuner", "_bench")}
 _guarding = False  # guard_autotuning ran: library autotuners are guarded as their backends come up
-# Triton's do_bench as a fill's autotuners call it: 5 ms of warm-up and 25 ms of repetitions, not 25 and 100.
+# Triton's do_bench as a fill's autotuners call it: 2 ms of warm-up and 10 ms of repetitions, not 25 and 100.
 # Each config's benchmark holds the shared lane, and every timing waits for the lane to drain: fla tunes 7 to
-# 18 configs per new shape, 2-3 s of device time at Triton's defaults. A config's median over 25 ms (thousands
-# of calls of a microsecond kernel, tens of a millisecond one) still tells the configs apart.
-AUTOTUNE_BENCH_MS = {"warmup": 5, "rep": 25}
+# 18 configs per new shape. At 5 and 25 ms, the shared lane's holds that were not trials, truth or timing's
+# warm-ups (autotuning's, most of them) were about 40% of its hold-seconds in a 12-worker fill on an H200 (run
+# 12). A config's median over 10 ms (hundreds of calls of a microsecond kernel with the L2 flushed before each,
+# ten of a millisecond one) still tells apart configs that differ by a few %.
+AUTOTUNE_BENCH_MS = {"warmup": 2, "rep": 10}
 
 
 def guard_autotuning() -> None:
@@ -187,7 +189,7 @@ def in_one_hold(check_disk_cache):
             finally:
                 _compiles.finish()
                 _compiles = None
-            with hold(SHARED):
+            with hold(SHARED), phase("autotune"):
                 return bench_fn()
         return check_disk_cache(self, tuning_key, configs, bench)
     wrapped.popcorn_lane = True
@@ -280,7 +282,7 @@ def _in_shared_lane(owner, name: str, compile_first: bool = False, defaults: dic
             kwargs = {**defaults, **kwargs}
         if compile_first and held is None and args and callable(args[0]):
             args[0]()
-        with hold(SHARED):
+        with hold(SHARED), phase("autotune"):
             return fn(*args, **kwargs)
     shared.popcorn_lane = True
     setattr(owner, name, shared)

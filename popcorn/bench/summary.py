@@ -1,13 +1,13 @@
 """What a fill did: pairs by status per (op, backend), pace, and where the wall time went.
 
 The workers report, per task, the seconds each phase took (:mod:`popcorn.bench.lane`): ``warmup``
-(the first call: compiles, autotuning), ``truth`` (inputs and the reference's fp64 and native
-runs), ``trials`` (the candidate's correctness runs), ``prep`` (timing's untimed side in the shared
-lane: warm-ups, peak memory, host time), ``capture`` (CUDA graphs, outside the lanes), ``clock``
-(the device, held alone, kept busy until its clock is up: :func:`popcorn.bench.timing.clock_up`),
-``timing`` (the timed samples), ``cleanup`` (the timing's memory given back) and ``wait`` (for a
-lane). The timing lane's busy fraction is the share of wall time the device spent timing: the next
-bottleneck is whatever the rest of the time went to.
+(the first call: compiles), ``autotune`` (autotuners' benchmarks, in the shared lane), ``truth``
+(inputs and the reference's fp64 and native runs), ``trials`` (the candidate's correctness runs),
+``prep`` (timing's untimed side in the shared lane: warm-ups, peak memory, host time), ``capture``
+(CUDA graphs, outside the lanes), ``clock`` (the device, held alone, kept busy until its clock is
+up: :func:`popcorn.bench.timing.clock_up`), ``timing`` (the timed samples), ``cleanup`` (the
+timing's memory given back) and ``wait`` (for a lane). The timing lane's busy fraction is the share
+of wall time the device spent timing: the next bottleneck is whatever the rest of the time went to.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ if TYPE_CHECKING:
 # imports, until it takes tasks), "lost" (tasks whose worker was killed or died: a timeout, a crash) and
 # "memory" (a slot waiting for device memory: its case's reservation, or the whole device to retry an OOM
 # alone); breakdown()'s "idle" is the rest (slots with no case left to take, the pipe)
-PHASES = ("warmup", "truth", "trials", "prep", "capture", "clock", "timing", "cleanup", "wait", "memory", "startup",
-          "lost")
+PHASES = ("warmup", "autotune", "truth", "trials", "prep", "capture", "clock", "timing", "cleanup", "wait", "memory",
+          "startup", "lost")
 
 # progress(task, row, summary) after each task taken: ``row`` is the measured Record, None when pruned
 Progress = Callable[["Task", "Record | None", "Summary"], None]
