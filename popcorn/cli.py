@@ -311,7 +311,7 @@ def _parser() -> argparse.ArgumentParser:
                    "runs (default port 8765); a --slice fill streams the slice's cached rows first")
     f.add_argument("--workers", type=_positive, metavar="N",
                    help="cases measured side by side: compiles and correctness runs overlap, timing keeps the "
-                   "device alone (default: one per two host cores on a GPU, at most 8; 1 on CPU)")
+                   "device alone (default: three per four host cores on a GPU, at most 12; 1 on CPU)")
     f.set_defaults(run=_fill)
 
     pl = bench_cmds.add_parser("plan", help="print an op's case plan by stratum, with the pairs gated at plan time",
