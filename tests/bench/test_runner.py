@@ -307,7 +307,7 @@ def test_an_oom_beside_other_cases_is_retried_alone_after_every_other_case_ran(t
     from popcorn.bench.runner import _Runner
 
     monkeypatch.setenv("TOY_OOM_FROM", "32")
-    tasks = plan(backends=["toy:oom"], limit=12)
+    tasks = plan(backends=["toy:oom"], limit=6)
     sink = ShardSink(tmp_path / "out")
     runner = _Runner(sink, None, 2, tasks)
     runner.arbiter = Arbiter(memory_bytes=2**40)
