@@ -119,7 +119,8 @@ def hold(kind: str):
 # copies), by backend: (module, class, method timing one config). Imported only once a task of theirs runs.
 LIBRARY_AUTOTUNERS = {"quack": ("quack.autotuner", "Autotuner", "_bench")}
 _guarding = False  # guard_autotuning ran: library autotuners are guarded as their backends come up
-# Triton's do_bench as a fill's autotuners call it: 2 ms of warm-up and 10 ms of repetitions, not 25 and 100.
+# Triton's do_bench as a fill's autotuners call it: at most 2 ms of warm-up and 10 ms of repetitions (Triton's
+# defaults are 25 and 100; inductor asks for 25 and 40).
 # Each config's benchmark holds the shared lane, and every timing waits for the lane to drain: fla tunes 7 to
 # 18 configs per new shape. At 5 and 25 ms, the shared lane's holds that were not trials, truth or timing's
 # warm-ups (autotuning's, most of them) were about 40% of its hold-seconds in a 12-worker fill on an H200 (run
@@ -140,7 +141,7 @@ def guard_autotuning() -> None:
     except ImportError:
         pass
     else:  # the Autotuner asks the driver for do_bench, which imports it at each call
-        _in_shared_lane(triton.testing, "do_bench", compile_first=True, defaults=AUTOTUNE_BENCH_MS)
+        _in_shared_lane(triton.testing, "do_bench", compile_first=True, caps=AUTOTUNE_BENCH_MS)
         _tune_in_one_hold()
     try:
         from torch._inductor.runtime import benchmarking
@@ -262,13 +263,15 @@ def guard_backend(backend: str) -> None:
     _in_shared_lane(owner, method)
 
 
-def _in_shared_lane(owner, name: str, compile_first: bool = False, defaults: dict | None = None) -> None:
+def _in_shared_lane(owner, name: str, compile_first: bool = False, caps: dict | None = None) -> None:
     """Replace ``owner.name`` by a function that calls it holding the shared lane (once). ``compile_first``:
     the benchmark's callable (its first argument) is called once before, outside the lane: a Triton
     autotuner's first call of a config JIT-compiles it, seconds of host work that would otherwise hold
     the lane and keep every timing waiting (one launch beside others' work, as the warm-up's).
-    ``defaults``: keyword arguments for a call that passes only the callable and keywords (a caller's own
-    values stand)."""
+    ``caps``: the most each of these keyword arguments may be, for a call that passes only the callable and
+    keywords: absent or larger, the cap (inductor asks for 25 ms of warm-up and 40 of repetitions per config,
+    Triton's Autotuner for its defaults, 25 and 100); smaller, the caller's.
+    """
     fn = getattr(owner, name)
     if getattr(fn, "popcorn_lane", False):
         return
@@ -278,8 +281,8 @@ def _in_shared_lane(owner, name: str, compile_first: bool = False, defaults: dic
             _compiles.submit(args[0])  # the autotuner's compiling pass (:func:`in_one_hold`): no timing, no lane
             quantiles = kwargs.get("quantiles")
             return [0.0] * len(quantiles) if quantiles else 0.0
-        if defaults and len(args) == 1:
-            kwargs = {**defaults, **kwargs}
+        if caps and len(args) == 1:
+            kwargs = {**kwargs, **{k: min(v, kwargs.get(k, v)) for k, v in caps.items()}}
         if compile_first and held is None and args and callable(args[0]):
             args[0]()
         with hold(SHARED), phase("autotune"):

@@ -222,8 +222,10 @@ def test_autotuners_benchmark_in_the_shared_lane(monkeypatch, lane_supervisor):
         short = lane.AUTOTUNE_BENCH_MS
         assert short["rep"] < 100 and asked_ms == [(short["warmup"], short["rep"])]  # every timing waits for it
         triton.testing.do_bench(call, rep=7)
-        assert asked_ms[-1] == (short["warmup"], 7)  # a caller's own value stands
-        kernel_calls.pop()
+        assert asked_ms[-1] == (short["warmup"], 7)  # a caller's shorter value stands
+        triton.testing.do_bench(call, warmup=25, rep=40)  # inductor's autotuner asks for these: capped
+        assert asked_ms[-1] == (short["warmup"], short["rep"])
+        del kernel_calls[1:]
         with lane.hold(SHARED):  # inside a trial, the benchmark keeps the trial's hold
             triton.testing.do_bench(call)
         assert kernel_calls == [None]
