@@ -41,10 +41,12 @@ _cores: tuple[set, set] | None = None  # (the timing core, the others): where a 
 def keep_a_core_for_timing() -> set | None:
     """Keep the first core of this process's CPU set for the thread that holds the exclusive lane: the
     calling thread, and every thread it starts from now on, runs on the other cores, and :func:`hold`
-    moves the timing thread onto the kept one for its exclusive holds. Timed calls that wait on the host
-    inside (liger's cross entropy: 0.19 ms serial, 0.40 ms beside twelve workers' compiles on an H200)
-    then never share their core with other workers. A fill's worker calls it first thing, once; returns the
-    cores left to the rest (None: fewer than two cores, or no affinity on this system, and nothing kept)."""
+    moves the timing thread onto the kept one for its exclusive holds: the host side of a timing (launches,
+    and calls that wait on the host inside, as liger's cross entropy at a few tokens does) never shares its
+    core with other workers' compiles. (That pair still timed 1.6x slower in a parallel fill than in a serial
+    one with it, run 12, and 23% apart between two serial fills: its noise is not only the cores'.) A fill's
+    worker calls it first thing, once; returns the cores left to the rest (None: fewer than two cores, or no
+    affinity on this system, and nothing kept)."""
     global _cores
     try:
         mine = sorted(os.sched_getaffinity(0))
@@ -122,10 +124,11 @@ _guarding = False  # guard_autotuning ran: library autotuners are guarded as the
 # Triton's do_bench as a fill's autotuners call it: at most 2 ms of warm-up and 10 ms of repetitions (Triton's
 # defaults are 25 and 100; inductor asks for 25 and 40).
 # Each config's benchmark holds the shared lane, and every timing waits for the lane to drain: fla tunes 7 to
-# 18 configs per new shape. At 5 and 25 ms, the shared lane's holds that were not trials, truth or timing's
-# warm-ups (autotuning's, most of them) were about 40% of its hold-seconds in a 12-worker fill on an H200 (run
-# 12). A config's median over 10 ms (hundreds of calls of a microsecond kernel with the L2 flushed before each,
-# ten of a millisecond one) still tells apart configs that differ by a few %.
+# 18 configs per new shape, inductor a few per reduction kernel. With Triton's at 2 and 10 ms and inductor's
+# still at 25 and 40, autotuning held the shared lane as long as the correctness trials did in a 12-worker
+# H100 fill (74 and 71 worker-seconds in 152 s; run 12). A config's median over 10 ms (hundreds of calls of a
+# microsecond kernel with the L2 flushed before each, ten of a millisecond one) still tells apart configs
+# that differ by a few %.
 AUTOTUNE_BENCH_MS = {"warmup": 2, "rep": 10}
 
 

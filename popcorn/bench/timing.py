@@ -124,7 +124,8 @@ def time_cpu(call: Callable, setup: Callable = _noop) -> list[float]:
 
 # -- CUDA ---------------------------------------------------------------------------------------
 # untimed warm-up before timing: wall time, fewest and most calls. Short: the correctness trials and the host
-# time before it have run the call dozens of times, and the clock is clock_up's (it held the shared lane 75 ms a pair)
+# time before it have run the call dozens of times, and clock_up sees to the clock (at 25 ms, the three warm-ups
+# held the shared lane 75 ms a pair)
 WARM_MS, WARM_CALLS = 5.0, (3, 200)
 LEAD_MS = (0.5, 50.0)  # the device's head start before a batch of samples: at least, at most
 _cycles_per_ms: dict = {}  # device -> spin cycles of torch.cuda._sleep per millisecond (None: unavailable)
@@ -185,8 +186,9 @@ def _spin_2ms(device: torch.device) -> bool:
 def clock_up(device: torch.device, clock=sm_clock, spin=_spin_2ms, wall=time.perf_counter) -> bool:
     """Keep the device busy until its SM clock is up: CLOCK_UP[0] of its max, or no higher for CLOCK_UP[1]
     ms (a power or thermal cap), for at most CLOCK_UP[2] ms. An idle H100 drops its SM clock to 345 of 1980
-    MHz within seconds, so a serial fill, whose device idles while the host compiles, would time latency-bound
-    calls on a clock still rising; a parallel fill's device never idles. Returns whether it had to spin."""
+    MHz within seconds, and a serial fill's device idles while the host compiles: timing must not start on a
+    clock still rising. In run 12 it never had to wait (the shared lane's warm-ups just before bring the clock
+    up); it costs one NVML query then. Returns whether it had to spin."""
     now = clock(device)
     if now is None or now[0] >= CLOCK_UP[0] * now[1]:
         return False
@@ -413,7 +415,7 @@ def measure(fn: Callable, arguments: dict, grad: bool, device: torch.device) -> 
     Only the timed samples hold the device alone (:mod:`popcorn.bench.lane`): peak memory is counted
     per process and host time is the CPU's, so they run beside other workers' trials, with the warm-ups,
     in one shared hold: a pair waits for the lane twice, not once per step. Graph capture runs nothing on
-    the device and holds no lane (it is host work: 0.1-0.2 s for a thousand unrolled eager steps)."""
+    the device and holds no lane (it is host work: 0.02-0.04 s a pair on an H100, run 12)."""
     prime(device)
     step = Step(fn, arguments, grad)
     pair = step.backward_pair() if grad else (None, None)
