@@ -32,8 +32,9 @@ LANE_STATES = ("exclusive", "shared", "handover", "free")
 
 
 class Arbiter:
-    def __init__(self, memory_bytes: int | None = None, ledger=None):
+    def __init__(self, memory_bytes: int | None = None, ledger=None, shared_cap: int | None = None):
         self._cv = threading.Condition()
+        self.shared_cap = shared_cap  # the most shared holds at once (None: any number)
         self.closed = False
         self._shared: dict[int, int] = {}  # slot -> shared holds
         self._exclusive: int | None = None  # the slot holding the exclusive lane
@@ -60,7 +61,8 @@ class Arbiter:
                 self._shared_waiting.append(asked)
                 try:
                     self._cv.wait_for(lambda: self.closed or self._exclusive is None
-                                      and (not self._exclusive_waiting or self._handovers >= asked))
+                                      and (not self._exclusive_waiting or self._handovers >= asked)
+                                      and (self.shared_cap is None or sum(self._shared.values()) < self.shared_cap))
                 finally:
                     self._mark()
                     self._shared_waiting.remove(asked)

@@ -23,6 +23,7 @@ from typing import Iterable
 
 import torch
 
+from popcorn.core.settings import shared_holds
 from popcorn.schema import FORWARD_TIMED, REFERENCE, REFERENCE_TIMED  # the reference's timings, copied as ref_* onto rows
 
 from . import device_lane
@@ -109,7 +110,7 @@ class _Runner:
         self.error: BaseException | None = None
         memory, ledger = _device_memory(tasks, workers)
         # a serial fill arbitrates too where other fills may share its device: its cases go in the ledger
-        self.arbiter = Arbiter(memory, ledger) if workers > 1 or ledger is not None else None
+        self.arbiter = Arbiter(memory, ledger, shared_holds()) if workers > 1 or ledger is not None else None
         self.slots = [Slot(self, i) for i in range(workers)]
         self.threads: list[threading.Thread] = []
 

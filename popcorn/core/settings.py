@@ -10,6 +10,7 @@ so a variable set after ``import popcorn`` still takes effect.
 | POPCORN_BENCH_TARGET_MS | time spent measuring each quantity (precision for throughput) | 100 |
 | POPCORN_LIVE_WAIT_S | how long a ``--live`` fill with nothing to measure waits for a subscriber | 5 |
 | POPCORN_LANE_DIR | where fills on one device share its lanes across processes (``off``: they do not) | <tmp>/popcorn-lanes on CUDA; off on CPU |
+| POPCORN_SHARED_HOLDS | the most shared-lane holds (correctness trials, warm-ups) a parallel fill grants at once | no limit |
 """
 
 from __future__ import annotations
@@ -69,6 +70,23 @@ def live_wait_s(default: float) -> float:
         return float(raw) if raw else default
     except ValueError:
         raise ValueError(f"POPCORN_LIVE_WAIT_S={raw!r} is not a number of seconds; unset it or give e.g. 5") from None
+
+
+def shared_holds() -> int | None:
+    """POPCORN_SHARED_HOLDS, a positive whole number, else None (no limit); anything else is refused, naming
+    the variable. Kernels of several processes time-slice the device rather than run together, so more
+    holds at once may cost more in switches than they gain in overlap (a parallel fill's knob to measure)."""
+    raw = os.environ.get("POPCORN_SHARED_HOLDS")
+    if not raw:
+        return None
+    try:
+        n = int(raw)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ValueError(f"POPCORN_SHARED_HOLDS={raw!r} is not a positive whole number; unset it (no limit) or "
+                         "give e.g. 4")
+    return n
 
 
 def settings() -> Settings:

@@ -91,6 +91,22 @@ def test_a_cases_inputs_and_truth_are_computed_once_for_all_its_backends(env, mo
     assert len(log.read_text().split()) == 4 * trials
 
 
+def test_the_arbiter_grants_no_more_shared_holds_at_once_than_its_cap():
+    arbiter = Arbiter(shared_cap=2)
+    arbiter.acquire(0, SHARED)
+    arbiter.acquire(1, SHARED)
+    third = threading.Event()
+    threading.Thread(target=lambda: (arbiter.acquire(2, SHARED), third.set()), daemon=True).start()
+    assert not third.wait(0.2)  # two holds already: the third waits
+    arbiter.release(0)
+    assert third.wait(10) and sum(arbiter._shared.values()) == 2
+    timing = threading.Event()
+    threading.Thread(target=lambda: (arbiter.acquire(0, EXCLUSIVE), timing.set()), daemon=True).start()
+    arbiter.release(1)
+    arbiter.release(2)
+    assert timing.wait(10)  # the cap never keeps timing waiting once the holds end
+
+
 def test_the_arbiter_keeps_timing_alone_and_frees_what_a_dead_worker_held():
     arbiter = Arbiter()
     arbiter.acquire(0, SHARED)

@@ -30,3 +30,16 @@ def test_a_bad_number_names_the_variable(monkeypatch):
     monkeypatch.setenv("POPCORN_BENCH_TARGET_MS", "fast")
     with pytest.raises(ValueError, match="POPCORN_BENCH_TARGET_MS='fast'"):
         settings()
+
+
+def test_shared_holds_is_a_positive_whole_number_or_no_limit(monkeypatch):
+    from popcorn.core.settings import shared_holds
+
+    monkeypatch.delenv("POPCORN_SHARED_HOLDS", raising=False)
+    assert shared_holds() is None
+    monkeypatch.setenv("POPCORN_SHARED_HOLDS", "3")
+    assert shared_holds() == 3
+    for bad in ("0", "-1", "two", "1.5"):
+        monkeypatch.setenv("POPCORN_SHARED_HOLDS", bad)
+        with pytest.raises(ValueError, match=f"POPCORN_SHARED_HOLDS='{bad}' is not a positive whole number"):
+            shared_holds()
