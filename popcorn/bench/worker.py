@@ -154,6 +154,7 @@ def serve(conn, sentinel: str, device: str, lanes: bool = False, compile_threads
     if compile_threads:  # workers compiling side by side share the host's cores
         os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = str(compile_threads)
         torch.set_num_threads(compile_threads)
+        torch.ones(1 << 20).sum()  # the intra-op threads start now, off the timing core (made in a timing, on it)
     # a library's autotuned kernel (fla's) benchmarks its configs once per key on this machine, not once
     # per worker process: Triton keeps the timings beside its compiled kernels (set 0 to tune in each)
     os.environ.setdefault("TRITON_CACHE_AUTOTUNING", "1")
