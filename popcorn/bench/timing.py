@@ -128,6 +128,10 @@ def time_cpu(call: Callable, setup: Callable = _noop) -> list[float]:
 # held the shared lane 75 ms a pair)
 WARM_MS, WARM_CALLS = 5.0, (3, 200)
 LEAD_MS = (0.5, 50.0)  # the device's head start before a batch of samples: at least, at most
+# calls on a graph's capture stream before capture, as torch's own examples warm one (3): each input copy once
+# is as many (up to 16; the trials ran the function already), not each twice (32 eager steps of the reference
+# per graph, in the shared lane)
+READY_CALLS = 3
 _cycles_per_ms: dict = {}  # device -> spin cycles of torch.cuda._sleep per millisecond (None: unavailable)
 
 
@@ -327,12 +331,13 @@ class CudaTimer:
         return best
 
     def ready(self, calls: list[Callable]):
-        """Run each of ``calls`` twice on a side stream, as graph capture requires; returns the stream. This
-        runs on the device (beside other workers' trials, not their timing): :meth:`capture` runs nothing."""
+        """Run ``calls`` on a side stream, as graph capture requires (its lazy setup done on that stream: each
+        call once, at least READY_CALLS in all); returns the stream. This runs on the device (beside other
+        workers' trials, not their timing): :meth:`capture` runs nothing."""
         stream = torch.cuda.Stream(self.device)
         stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(stream):
-            for c in calls * 2:
+            for c in calls * -(-READY_CALLS // len(calls)):
                 c()
         torch.cuda.current_stream(self.device).wait_stream(stream)
         torch.cuda.synchronize(self.device)
