@@ -38,21 +38,24 @@ def connect(conn, device=None) -> None:
 _cores: tuple[set, set] | None = None  # (the timing core, the others): where a worker's threads may run
 
 
-def keep_a_core_for_timing() -> set | None:
+KEEP_A_CORE_FROM = 4  # cores in the CPU set from which one is kept for timing (of two, it would halve the rest)
+
+
+def keep_a_core_for_timing(least: int = KEEP_A_CORE_FROM) -> set | None:
     """Keep the first core of this process's CPU set for the thread that holds the exclusive lane: the
     calling thread, and every thread it starts from now on, runs on the other cores, and :func:`hold`
     moves the timing thread onto the kept one for its exclusive holds: the host side of a timing (launches,
     and calls that wait on the host inside, as liger's cross entropy at a few tokens does) never shares its
     core with other workers' compiles. (That pair still timed 1.6x slower in a parallel fill than in a serial
     one with it, run 12, and 23% apart between two serial fills: its noise is not only the cores'.) A fill's
-    worker calls it first thing, once; returns the cores left to the rest (None: fewer than two cores, or no
-    affinity on this system, and nothing kept)."""
+    worker calls it first thing, once; returns the cores left to the rest (None: fewer than ``least`` cores,
+    or no affinity on this system, and nothing kept)."""
     global _cores
     try:
         mine = sorted(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         return None
-    if len(mine) < 2:
+    if len(mine) < max(2, least):
         return None
     _cores = ({mine[0]}, set(mine[1:]))
     os.sched_setaffinity(0, _cores[1])
