@@ -22,21 +22,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from popcorn.bench.timing import CudaTimer, prime, quantiles  # noqa: E402
+from popcorn.bench.timing import CudaTimer, prime, quantiles, sm_clock  # noqa: E402
 
 IDLE_S = 3.0
 
 
 def clocks() -> tuple[int, int] | None:
     """(current, max) SM clock in MHz through NVML; None where NVML cannot say."""
-    try:
-        import pynvml
-
-        handle = torch.cuda._get_pynvml_handler(torch.device("cuda"))
-        return (pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
-                pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM))
-    except Exception:  # noqa: BLE001
-        return None
+    return sm_clock(torch.device("cuda", torch.cuda.current_device()))
 
 
 def busy(seconds: float) -> None:

@@ -391,15 +391,13 @@ class Slot:
         own, and its row says it ran alone (it prunes the larger cases of its stratum)."""
         self.runner.summary.retried_alone += 1
         self.now_doing(f"waiting for the whole device to retry an OOM alone ({task.op} {task.impl} {task.case.label})")
-        if self.runner.arbiter is not None:
-            self.reserve(0, solo=True)
+        self.reserve(0, solo=True)
         for slot in self.runner.slots:
             slot.stop_worker()
         try:
             row = self.measure(task, last=last)
         finally:
-            if self.runner.arbiter is not None:
-                self.runner.arbiter.unreserve(self.index)
+            self.runner.arbiter.unreserve(self.index)
         if row.status == OOM:
             row.reason = f"{row.reason} [retried alone: the only worker on the device]"
         return row

@@ -153,7 +153,7 @@ def _spin_rate(device: torch.device) -> float | None:
 
 CLOCK_UP = (0.9, 10.0, 200.0)  # before timed samples: spin to this share of the max SM clock, or a plateau
 # this many ms long, for at most this many ms
-_nvml: dict = {}  # device -> (NVML handle, max SM clock in MHz), or None where NVML cannot say
+_nvml: dict = {}  # device -> (pynvml, its handle, max SM clock in MHz), or None where NVML cannot say
 
 
 def sm_clock(device: torch.device) -> tuple[int, int] | None:
@@ -164,16 +164,14 @@ def sm_clock(device: torch.device) -> tuple[int, int] | None:
 
             pynvml.nvmlInit()
             handle = pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{torch.cuda.get_device_properties(device).uuid}")
-            _nvml[device] = (handle, pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM))
+            _nvml[device] = (pynvml, handle, pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM))
         except Exception:  # noqa: BLE001 - no pynvml, no NVML, a build without device uuids
             _nvml[device] = None
     if _nvml[device] is None:
         return None
-    import pynvml
-
-    handle, top = _nvml[device]
+    nvml, handle, top = _nvml[device]
     try:
-        return pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM), top
+        return nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM), top
     except Exception:  # noqa: BLE001
         return None
 
@@ -470,10 +468,11 @@ def _prepare(timer: CudaTimer, step: Step, pair: tuple, fn, arguments: dict, gra
     if rough < 2 * GRAPH_BELOW_MS:
         try:
             steps = [Step(fn, arguments, grad) for _ in range(timer.copies(arguments))]
-            ready["fwd"] = ([s.forward for s in steps], rough)
+            calls = [s.forward for s in steps]
+            ready["fwd"] = (calls, rough, timer.ready(calls))
             if grad:
-                ready["step"] = ([s.step for s in steps], timer._estimate(step.step))
-            ready = {k: (calls, est, timer.ready(calls)) for k, (calls, est) in ready.items()}
+                calls = [s.step for s in steps]
+                ready["step"] = (calls, timer._estimate(step.step), timer.ready(calls))
         except Exception:  # noqa: BLE001 - timed by events instead
             torch.cuda.synchronize(timer.device)
             ready = {}
