@@ -50,6 +50,7 @@ class Arbiter:
         self.memory = memory_bytes  # None: memory is not arbitrated (CPU)
         self.ledger = ledger  # the device's reservations across processes (device_lane.DeviceMemory), if shared
         self._reserved: dict[int, int] = {}  # slot -> bytes
+        self._beyond: dict[int, int] = {}  # slot -> bytes its idle worker holds beyond the allowance for it
         self._queue: list = []  # reservations waiting, in the order asked
 
     # -- lanes -----------------------------------------------------------------------------------
@@ -148,23 +149,45 @@ class Arbiter:
         if self.ledger is not None:
             self.ledger.release(self._name(slot))
         with self._cv:
-            want = self.memory if solo else min(nbytes, self.memory)
             if self._reserved.pop(slot, None):
                 self._cv.notify_all()
             ticket = object()
             self._queue.append(ticket)
             try:
                 self._cv.wait_for(lambda: self.closed or self._queue[0] is ticket
-                                  and sum(b for s, b in self._reserved.items() if s != slot) + want <= self.memory)
+                                  and self._taken(slot) + self._want(nbytes, solo) <= self._capacity())
             finally:
                 self._queue.remove(ticket)
                 self._cv.notify_all()
             self._check_open()
-            self._reserved[slot] = want
+            want = self._reserved[slot] = self._want(nbytes, solo)
         if self.ledger is not None and not self.ledger.reserve(self._name(slot), want, self.memory,
                                                                closed=lambda: self.closed):
             self.unreserve(slot)
             raise Closed("the fill is stopping")
+
+    def _capacity(self) -> int:
+        """What the fill's cases may reserve now: its memory less what idle workers hold beyond their allowance."""
+        return max(0, self.memory - sum(self._beyond.values()))
+
+    def _taken(self, slot: int) -> int:
+        return sum(b for s, b in self._reserved.items() if s != slot)
+
+    def _want(self, nbytes: int, solo: bool) -> int:
+        """A case larger than the capacity gets all of it once nothing else is reserved: should it run out
+        there, the runner retries it alone, every other worker stopped."""
+        return self._capacity() if solo else min(nbytes, self._capacity())
+
+    def beyond(self, slot: int, nbytes: int) -> None:
+        """The slot's worker, idle, holds ``nbytes`` of device memory beyond what the fill allowed each
+        worker (0: within it, or the worker stopped): cases may reserve that much less until it says
+        otherwise."""
+        with self._cv:
+            if nbytes > 0:
+                self._beyond[slot] = nbytes
+            else:
+                self._beyond.pop(slot, None)
+            self._cv.notify_all()
 
     def unreserve(self, slot: int) -> None:
         if self.ledger is not None:
@@ -185,7 +208,7 @@ class Arbiter:
         with self._cv:
             if self._queue:
                 return 0
-            free = self.memory - sum(self._reserved.values())
+            free = self._capacity() - sum(self._reserved.values())
         return max(0, min(free, self.ledger.free(self.memory))) if self.ledger is not None else max(0, free)
 
     def others_reserved(self, slot: int) -> bool:

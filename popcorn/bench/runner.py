@@ -135,23 +135,41 @@ class _Runner:
 
     def go(self) -> None:
         threading.Thread(target=self.watch_stalls, name="fill-stalls", daemon=True).start()
-        if len(self.slots) == 1:
-            self.slots[0].loop()
-        else:
-            self.threads = [threading.Thread(target=slot.loop, name=f"fill-slot-{slot.index}", daemon=True)
-                            for slot in self.slots]
-            for t in self.threads:
-                t.start()
-            for t in self.threads:
-                while t.is_alive():
-                    t.join(0.2)  # wakes for Ctrl-C
+        self.run_slots()
+        if self.deferred and not self.stop.is_set() and self.error is None:
+            # the OOMs beside other cases go again side by side first, each with its memory reserved: most ran
+            # out of what others held, and a retry alone drains the device and stops every worker (run 13, H100:
+            # eleven at once, retried alone one by one for 260 s); one that runs out again is retried alone
+            again, self.deferred = sorted(self.deferred, key=lambda d: d[0]), []
+            self.summary.retried_beside = len(again)
+            groups: dict[tuple, list] = {}
+            for order, task in again:
+                groups.setdefault((task.op, task.case.case_id, task.planned.grad, task.device), []).append(
+                    (order, task))
+            with self.lock:
+                self.groups = list(groups.values())
+            self.run_slots()
         self.retry_deferred()
 
+    def run_slots(self) -> None:
+        """Every slot takes case groups until none is left (the main thread's, for one slot)."""
+        if len(self.slots) == 1:
+            self.slots[0].loop()
+            return
+        self.threads = [threading.Thread(target=slot.loop, name=f"fill-slot-{slot.index}", daemon=True)
+                        for slot in self.slots]
+        for t in self.threads:
+            t.start()
+        for t in self.threads:
+            while t.is_alive():
+                t.join(0.2)  # wakes for Ctrl-C
+
     def defer(self, order: int, task: Task) -> None:
-        """``task`` ran out of memory beside other cases: it is retried alone after every other case, not
-        now. Retried at once, it drained the device: every slot waited for the cases in flight, then for
-        it (run 11: 1 to 3 such retries, 813-1,052 worker-seconds of a 12-worker, 170 s fill). Until then
-        it counts as unfinished, so the rows it could prune wait for it, as a serial fill would have them."""
+        """``task`` ran out of memory beside other cases: it is retried after every other case (side by side
+        with the other such tasks, then alone if it runs out again), not now. Retried alone at once, it
+        drained the device: every slot waited for the cases in flight, then for it (run 11: 1 to 3 such
+        retries, 813-1,052 worker-seconds of a 12-worker, 170 s fill). Until then it counts as unfinished,
+        so the rows it could prune wait for it, as a serial fill would have them."""
         with self.lock:
             self.deferred.append((order, task))
 
@@ -417,6 +435,17 @@ class Slot:
             worker.release_case()
         except (TimeoutError, EOFError, ConnectionError, OSError):
             self.stop_worker(kill=True)  # a worker that cannot give the memory back gives it back by exiting
+            return
+        self.idle(worker)
+
+    def idle(self, worker: Worker) -> None:
+        """``worker`` gave its case back: what it still holds on the device beyond CONTEXT_BYTES is memory
+        no case of the fill may reserve until it says otherwise."""
+        if worker.footprint is None:
+            return
+        self.runner.summary.footprint(self.index, worker.footprint)
+        if self.runner.arbiter is not None:
+            self.runner.arbiter.beyond(self.index, max(0, worker.footprint - CONTEXT_BYTES))
 
     def measure(self, task: Task, last: bool = False) -> Record:
         """The task's row; a worker that dies before taking the task is replaced, IDLE_DEATHS times.
@@ -461,6 +490,8 @@ class Slot:
                 runner.summary.spent({"lost": time.monotonic() - t0}, task.impl)
             return row
         runner.summary.spent(phases, task.impl)
+        if last:
+            self.idle(worker)
         if not ok:  # the case left the CUDA context unusable: start afresh
             self.stop_worker(kill=True)
         if "error" in row_dict:  # raised outside the harness's own handling
@@ -475,6 +506,8 @@ class Slot:
         worker, self.worker = self.worker, None
         if worker is not None:
             worker.kill() if kill else worker.close()
+            if self.runner.arbiter is not None:  # its memory went with it; a fresh worker holds its context
+                self.runner.arbiter.beyond(self.index, 0)
 
 
 def first_fit(needs: Iterable[int], free: int, share: int) -> int:

@@ -12,6 +12,7 @@ of wall time the device spent timing: the next bottleneck is whatever the rest o
 
 from __future__ import annotations
 
+import statistics
 import sys
 import time
 from dataclasses import dataclass, field
@@ -62,10 +63,15 @@ class Summary:
     by_impl: dict = field(default_factory=dict)  # backend -> {phase: worker seconds, "pairs": n}
     busy_s: float | None = None  # seconds the timing lane held the device (parallel fills)
     lanes: dict | None = None  # seconds in each lane state, and the mean shared holds (Arbiter.occupancy)
-    retried_alone: int = 0  # OOMs beside other cases measured again, at the end, with the device to themselves
+    retried_beside: int = 0  # OOMs beside other cases measured again at the end, side by side
+    retried_alone: int = 0  # of those, the ones that ran out again, measured with the device to themselves
     pairs: list = field(default_factory=list)  # (op, impl, case_id, grad) of every planned pair, in plan order
     unavailable: dict = field(default_factory=dict)  # backend asked for by name -> why it cannot run here
     device: str | None = None  # the device name its rows carry (e.g. 'NVIDIA H200')
+    footprints: dict = field(default_factory=dict)  # slot -> the most device bytes its idle worker held
+
+    def footprint(self, slot: int, nbytes: int) -> None:
+        self.footprints[slot] = max(nbytes, self.footprints.get(slot, 0))
 
     def spent(self, phases: dict, impl: str | None = None) -> None:
         """Add one task's phase seconds (of backend ``impl``, when named: where each backend's time goes)."""
@@ -94,7 +100,9 @@ class Summary:
         return {"wall_s": wall, "pairs_per_min": self.measured / (wall / 60) if wall > 0 else 0.0,
                 "busy_s": busy, "busy_fraction": busy / wall if wall > 0 else 0.0, "workers": self.workers,
                 "phases": phases, "per_pair": self.per_pair(), "lanes": self.lanes,
-                "retried_alone": self.retried_alone}
+                "retried_beside": self.retried_beside, "retried_alone": self.retried_alone,
+                "idle_worker_gib": (round(statistics.median(self.footprints.values()) / 2**30, 2),
+                                    round(max(self.footprints.values()) / 2**30, 2)) if self.footprints else None}
 
     def add(self, op: str, impl: str, what: str) -> None:
         c = self.counts.setdefault((op, impl), {})
@@ -136,9 +144,12 @@ class Summary:
                          f"spent {total:.0f} s: {parts}")
             if self.lanes:
                 lines.append(lane_states(self.lanes))
-            if self.retried_alone:
-                lines.append(f"{self.retried_alone} out-of-memory pair(s) retried with the device to themselves, "
-                             "after every other case")
+            if b["idle_worker_gib"]:
+                lines.append("device memory an idle worker held, at most (GiB): median %.2f, max %.2f of the workers"
+                             % b["idle_worker_gib"])
+            if self.retried_beside or self.retried_alone:
+                lines.append(f"{self.retried_beside} pair(s) out of memory beside other cases retried after every "
+                             f"other case, side by side; {self.retried_alone} of them then with the device to themselves")
         return "\n".join(lines)
 
 

@@ -28,7 +28,7 @@ from popcorn.core.inputs import make_inputs
 
 from popcorn.schema import REFERENCE
 
-from . import device_lane, lane
+from . import device_lane, lane, timing
 from .api import _record, run_case
 from .compare import Result, Truth, describe, free_memory, is_oom, reference_trial
 from .record import CRASH, ERROR, OOM, SENTINEL_REASON, SKIP, Record
@@ -144,6 +144,17 @@ def _leave_later(signum, frame) -> None:
     timer.start()
 
 
+def footprint(device: torch.device) -> int | None:
+    """Device bytes this process holds now (its CUDA context, loaded modules, the allocator's cache and
+    whatever it keeps): NVML's count for the process, else the allocator's reserve. None off CUDA. A fill
+    counts an idle worker's against the memory its cases may reserve (run 13: idle workers held 4-6 GiB
+    each on an H100, twice what was allowed for, and eleven cases ran out of memory at once)."""
+    if device.type != "cuda":
+        return None
+    used = timing.process_bytes(device, os.getpid())
+    return used if used is not None else torch.cuda.memory_reserved(device)
+
+
 def serve(conn, sentinel: str, device: str, lanes: bool = False, compile_threads: int | None = None,
           shared_lanes: bool = False) -> None:
     """Worker loop: receive tasks on ``conn`` until None; reply (record dict, device_ok, phase seconds).
@@ -185,7 +196,7 @@ def serve(conn, sentinel: str, device: str, lanes: bool = False, compile_threads
         if task.get("release"):  # the case's group ended before a task marked last (pruned): give its memory back
             held = _CACHE.key is not None
             _CACHE.enter(None)
-            conn.send(("released", held))
+            conn.send(("released", held, footprint(dev)))
             continue
         path.write_text(json.dumps(task))
         lane.take_clock()
@@ -195,7 +206,7 @@ def serve(conn, sentinel: str, device: str, lanes: bool = False, compile_threads
             row = {"error": describe(e), "oom": is_oom(e)}
         ok = probe(dev)
         path.unlink(missing_ok=True)
-        conn.send((row, ok, lane.take_clock()))
+        conn.send((row, ok, lane.take_clock(), footprint(dev)))
 
 
 # -- the supervisor's side -------------------------------------------------------------------------
@@ -221,6 +232,7 @@ class Worker:
             self.kill()
             raise RuntimeError("the fill worker did not start within 600 s")
         self.startup_s = time.monotonic() - t0  # spawn, imports, CUDA context: what a fresh worker costs
+        self.footprint: int | None = None  # device bytes the process held after its last task or release
 
     def run(self, task: dict, timeout: float):
         """(record dict, device ok, phase seconds) or raises TimeoutError / EOFError (worker died).
@@ -235,7 +247,8 @@ class Worker:
             message = self.conn.recv()
             left -= time.monotonic() - t0
             if not (isinstance(message, tuple) and message and message[0] == "lane"):
-                return message
+                row, ok, phases, self.footprint = message
+                return row, ok, phases
             if message[1] == lane.RELEASE:
                 if self.arbiter is not None:
                     self.arbiter.release(self.slot)
@@ -259,6 +272,7 @@ class Worker:
         message = self.conn.recv()
         if not (isinstance(message, tuple) and message and message[0] == "released"):
             raise EOFError(f"the worker broke the release protocol: {message!r}")
+        self.footprint = message[2]
         return message[1]
 
     def death_row(self) -> Record | None:

@@ -52,6 +52,15 @@ def toy_oom(x, alpha):
     return x * alpha
 
 
+@toy_scale.register("toy:oom_until")
+def toy_oom_until(x, alpha):
+    """Out of memory at sizes from TOY_OOM_FROM until the file TOY_OOM_UNTIL exists: a case that ran out of
+    what other cases held, and fits once they are gone."""
+    if x.shape[-1] >= int(os.environ.get("TOY_OOM_FROM", "64")) and not os.path.exists(os.environ["TOY_OOM_UNTIL"]):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1 TiB")
+    return x * alpha
+
+
 # admits alpha=3.0 only: every planned case (alpha=2.0) is gated at plan time
 toy_scale.register("toy:gated", lambda x, alpha: x * alpha, gates={"alpha": (3.0,)})
 # no backward: measured forward only on the plan's gradient cases

@@ -109,3 +109,24 @@ def test_cross_entropy_reference_times_on_graphs_without_a_device_assert():
     timing, timer = measure(lambda **a: cross_entropy.reference(**a), args, True, torch.device("cuda"))
     torch.cuda.synchronize()
     assert timer == "cuda-graph" and timing["fwd_ms"] > 0 and timing["step_ms"] > 0
+
+
+def test_an_empty_capture_is_refused_and_the_process_lives():
+    # run 13: a captured graph that recorded nothing aborted its worker when destroyed (torch 2.11), a false
+    # crash row for liger's cross entropy; such a graph is refused (timed by events) and never destroyed
+    import gc
+    import subprocess
+    import sys
+
+    code = ("import gc, torch\n"
+            "from popcorn.bench.timing import CudaTimer\n"
+            "t = CudaTimer(torch.device('cuda'))\n"
+            "try:\n"
+            "    t.capture([lambda: None], 0.01)\n"
+            "except RuntimeError as e:\n"
+            "    print('refused', e)\n"
+            "gc.collect()\n"
+            "print('alive')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    gc.collect()
+    assert "refused" in out.stdout and "alive" in out.stdout, out.stderr[-2000:]

@@ -95,3 +95,21 @@ def test_clock_up_spins_until_the_clock_is_up_or_stops_rising():
     assert run(plateau) == (True, 1 + int(CLOCK_UP[1] / 2))
     assert run([(345, 1980)] * 1000)[1] <= int(CLOCK_UP[2] / 2) + 1  # never rising: at most the cap
     assert clock_up(dev, lambda _: (345, 1980), lambda _: False) is False  # no spin kernel: no wait
+
+
+def test_a_process_device_bytes_are_nvmls_count_for_it_or_none(monkeypatch):
+    import types
+
+    import torch
+
+    from popcorn.bench import timing
+
+    dev = torch.device("cuda", 7)
+    procs = [types.SimpleNamespace(pid=10, usedGpuMemory=5 * 2**30), types.SimpleNamespace(pid=11, usedGpuMemory=None)]
+    fake = types.SimpleNamespace(nvmlDeviceGetComputeRunningProcesses=lambda handle: procs)
+    monkeypatch.setitem(timing._nvml, dev, (fake, "handle", 1980))
+    assert timing.process_bytes(dev, 10) == 5 * 2**30
+    assert timing.process_bytes(dev, 11) is None  # NVML could not say (no permission)
+    assert timing.process_bytes(dev, 12) is None  # not listed (a container hides it)
+    monkeypatch.setitem(timing._nvml, dev, None)
+    assert timing.process_bytes(dev, 10) is None  # no NVML
