@@ -40,6 +40,10 @@ IDLE_DEATHS = 3  # a worker that dies between cases is replaced; this many in a 
 # device memory a worker holds besides its case: CUDA context, compiled modules, allocator slack (1.5-2.8 GiB
 # measured per worker between small cases on an H100, run 10)
 CONTEXT_BYTES = 2 * 2**30
+# an idle worker holding more than this is stopped (a fresh one takes the next case): memory held outside the
+# allocator, which empty_cache cannot give back, grew to 7 GiB (median) and 18 GiB (max) per worker in a
+# 12-worker fill on an H100 (run 13), from 0.7 GiB at start (benchmarks/worker_memory.py)
+RECYCLE_BYTES = 2 * CONTEXT_BYTES
 STALL_S = 120.0  # no row counted for this long: say on stderr what each slot waits for (a sweep's stall)
 
 def run(tasks: Tasks | Iterable[Task], sink: Sink, progress: Progress | None = None, workers: int = 1) -> Summary:
@@ -387,9 +391,8 @@ class Slot:
                 row = None if pruned else self.measure(task, last=last)
                 if row is not None:
                     kept = not last
-                if (row is not None and row.status == OOM and arbiter is not None
-                        and arbiter.others_reserved(self.index)):
-                    runner.defer(order, task)  # other cases may have taken its memory
+                if row is not None and row.status == OOM and arbiter is not None and self.beside_others():
+                    runner.defer(order, task)  # other cases or workers may have taken its memory
                     continue
                 runner.done(order, task, row)
         finally:
@@ -398,6 +401,12 @@ class Slot:
                 if kept:  # the group's last task was pruned: the memory goes back before others are lent it
                     self.release_case()
                 arbiter.unreserve(self.index)
+
+    def beside_others(self) -> bool:
+        """Whether other cases or other workers hold device memory: an OOM now need not be the case's own (run 13,
+        H100: with no other case reserved, idle workers held 7 GiB each and 27 small cases ran out of memory)."""
+        return self.runner.arbiter.others_reserved(self.index) or any(
+            s.worker is not None for s in self.runner.slots if s is not self)
 
     def retry_alone(self, task: Task, last: bool) -> Record:
         """Measure ``task`` again, out of memory beside other cases, with the device to itself: the whole
@@ -440,11 +449,15 @@ class Slot:
 
     def idle(self, worker: Worker) -> None:
         """``worker`` gave its case back: what it still holds on the device beyond CONTEXT_BYTES is memory
-        no case of the fill may reserve until it says otherwise."""
+        no case of the fill may reserve until it says otherwise; past RECYCLE_BYTES (or twice what it held
+        fresh, on a device whose context alone is that large) the worker is stopped instead."""
         if worker.footprint is None:
             return
         self.runner.summary.footprint(self.index, worker.footprint)
-        if self.runner.arbiter is not None:
+        if worker.footprint > max(RECYCLE_BYTES, 2 * (worker.fresh_footprint or 0)) and len(self.runner.slots) > 1:
+            self.runner.summary.recycled += 1
+            self.stop_worker()  # its memory goes with it; the next case starts a fresh worker
+        elif self.runner.arbiter is not None:
             self.runner.arbiter.beyond(self.index, max(0, worker.footprint - CONTEXT_BYTES))
 
     def measure(self, task: Task, last: bool = False) -> Record:

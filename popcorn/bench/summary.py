@@ -69,6 +69,7 @@ class Summary:
     unavailable: dict = field(default_factory=dict)  # backend asked for by name -> why it cannot run here
     device: str | None = None  # the device name its rows carry (e.g. 'NVIDIA H200')
     footprints: dict = field(default_factory=dict)  # slot -> the most device bytes its idle worker held
+    recycled: int = 0  # idle workers stopped for holding too much device memory
 
     def footprint(self, slot: int, nbytes: int) -> None:
         self.footprints[slot] = max(nbytes, self.footprints.get(slot, 0))
@@ -101,7 +102,7 @@ class Summary:
                 "busy_s": busy, "busy_fraction": busy / wall if wall > 0 else 0.0, "workers": self.workers,
                 "phases": phases, "per_pair": self.per_pair(), "lanes": self.lanes,
                 "retried_beside": self.retried_beside, "retried_alone": self.retried_alone,
-                "idle_worker_gib": (round(statistics.median(self.footprints.values()) / 2**30, 2),
+                "recycled": self.recycled, "idle_worker_gib": (round(statistics.median(self.footprints.values()) / 2**30, 2),
                                     round(max(self.footprints.values()) / 2**30, 2)) if self.footprints else None}
 
     def add(self, op: str, impl: str, what: str) -> None:
@@ -145,8 +146,8 @@ class Summary:
             if self.lanes:
                 lines.append(lane_states(self.lanes))
             if b["idle_worker_gib"]:
-                lines.append("device memory an idle worker held, at most (GiB): median %.2f, max %.2f of the workers"
-                             % b["idle_worker_gib"])
+                lines.append("device memory an idle worker held, at most (GiB): median %.2f, max %.2f of the workers; "
+                             % b["idle_worker_gib"] + f"{self.recycled} worker(s) stopped for holding too much")
             if self.retried_beside or self.retried_alone:
                 lines.append(f"{self.retried_beside} pair(s) out of memory beside other cases retried after every "
                              f"other case, side by side; {self.retried_alone} of them then with the device to themselves")

@@ -185,7 +185,7 @@ def serve(conn, sentinel: str, device: str, lanes: bool = False, compile_threads
             lane.guard_autotuning()
     probe(dev)
     try:
-        conn.send(("ready", os.getpid()))
+        conn.send(("ready", os.getpid(), footprint(dev)))
     except (BrokenPipeError, EOFError):  # the fill ended (Ctrl-C) while this worker was starting
         return
     path = Path(sentinel)
@@ -228,10 +228,12 @@ class Worker:
         t0 = time.monotonic()
         self.proc.start()
         child.close()
-        if not self.conn.poll(600) or self.conn.recv()[0] != "ready":
+        ready = self.conn.recv() if self.conn.poll(600) else None
+        if not (isinstance(ready, tuple) and ready[0] == "ready"):
             self.kill()
             raise RuntimeError("the fill worker did not start within 600 s")
         self.startup_s = time.monotonic() - t0  # spawn, imports, CUDA context: what a fresh worker costs
+        self.fresh_footprint: int | None = ready[2]  # device bytes the process held before its first task
         self.footprint: int | None = None  # device bytes the process held after its last task or release
 
     def run(self, task: dict, timeout: float):

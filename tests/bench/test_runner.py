@@ -312,8 +312,7 @@ def test_ooms_beside_other_cases_are_retried_side_by_side_first_and_alone_only_i
     monkeypatch.setenv("TOY_OOM_UNTIL", str(tmp_path / "fits"))
     tasks = plan(backends=["toy:oom_until"], limit=6)
     runner = _Runner(ShardSink(tmp_path / "out"), None, 2, tasks)
-    runner.arbiter = Arbiter(memory_bytes=2**40)
-    runner.arbiter.reserve(7, 1)  # another fill's case holds memory all along: every OOM is beside it
+    runner.arbiter = Arbiter(memory_bytes=2**40)  # no other case holds memory: the other slot's worker does
     rounds = []
     run_slots = runner.run_slots
 
@@ -333,6 +332,34 @@ def test_ooms_beside_other_cases_are_retried_side_by_side_first_and_alone_only_i
     assert runner.summary.counts[("toy_scale", "toy:oom_until")] == {"pass": len(tasks.todo) // 2}
     written = [r for f in store.jsonl_files([tmp_path / "out"]) for r in store.read_file(f)]
     assert len(written) == len(tasks.todo) and {r.status for r in written} == {"pass"}
+
+
+def test_an_idle_worker_holding_too_much_device_memory_is_stopped_and_what_it_holds_beyond_is_not_lent(tmp_path):
+    # run 13 (H100): idle workers held 7 GiB (median) to 18 GiB outside the allocator, against 2 GiB allowed
+    from popcorn.bench.arbiter import Arbiter
+    from popcorn.bench.runner import CONTEXT_BYTES, RECYCLE_BYTES, _Runner
+    from popcorn.bench.worker import Worker
+
+    runner = _Runner(ShardSink(tmp_path / "out"), None, 2, plan(backends=["torch"]))
+    runner.arbiter = Arbiter(memory_bytes=100 * 2**30)
+    slot = runner.slots[0]
+    slot.worker = worker = Worker(torch.device("cpu"), tmp_path / "sentinels", 0, runner.arbiter)
+    try:
+        assert worker.fresh_footprint is None  # device memory is counted on CUDA alone
+        worker.footprint = CONTEXT_BYTES + 2**30  # within the recycling bound: kept, its extra GiB not lent
+        slot.idle(worker)
+        assert slot.worker is worker and runner.arbiter.free() == 99 * 2**30
+        worker.fresh_footprint = RECYCLE_BYTES  # a device whose context alone is that large: no recycling at once
+        worker.footprint = RECYCLE_BYTES + 1
+        slot.idle(worker)
+        assert slot.worker is worker and runner.summary.recycled == 0
+        worker.fresh_footprint = None
+        slot.idle(worker)
+        assert slot.worker is None and not worker.proc.is_alive() and runner.summary.recycled == 1
+        assert runner.arbiter.free() == 100 * 2**30  # its memory went with it
+        assert runner.summary.breakdown()["idle_worker_gib"][1] == round((RECYCLE_BYTES + 1) / 2**30, 2)
+    finally:
+        slot.stop_worker(kill=True)
 
 
 def test_an_oom_beside_other_cases_is_retried_alone_after_every_other_case_ran(tmp_path, monkeypatch):
