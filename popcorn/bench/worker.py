@@ -157,7 +157,8 @@ def footprint(device: torch.device) -> int | None:
 
 def serve(conn, sentinel: str, device: str, lanes: bool = False, compile_threads: int | None = None,
           shared_lanes: bool = False) -> None:
-    """Worker loop: receive tasks on ``conn`` until None; reply (record dict, device_ok, phase seconds).
+    """Worker loop: receive tasks on ``conn`` until None; reply (record dict, device_ok, phase seconds, the
+    device bytes the process then holds: :func:`footprint`).
     ``lanes``: hold the device's lanes through the supervisor (a parallel fill); ``shared_lanes``: and
     across processes (other fills on the device), the supervisor told when each is held."""
     if lanes or shared_lanes:  # before any thread starts: they inherit the cores left to them
