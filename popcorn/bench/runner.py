@@ -131,9 +131,7 @@ class _Runner:
                     if task.impl == REFERENCE:  # a reusable reference row times the case's backends
                         self.refs[(task.op, task.case.case_id, task.grad)] = step.row
             else:
-                # by the plan's mode: a forward-only backend's forward run shares its case's inputs and worker
-                groups.setdefault((task.op, task.case.case_id, task.planned.grad, task.device), []).append(
-                    (order, task))
+                groups.setdefault(_case_of(task), []).append((order, task))
                 self.left[task.op] = self.left.get(task.op, 0) + 1
         return list(groups.values())
 
@@ -148,8 +146,7 @@ class _Runner:
             self.summary.retried_beside = len(again)
             groups: dict[tuple, list] = {}
             for order, task in again:
-                groups.setdefault((task.op, task.case.case_id, task.planned.grad, task.device), []).append(
-                    (order, task))
+                groups.setdefault(_case_of(task), []).append((order, task))
             with self.lock:
                 self.groups = list(groups.values())
             self.run_slots()
@@ -521,6 +518,12 @@ class Slot:
             worker.kill() if kill else worker.close()
             if self.runner.arbiter is not None:  # its memory went with it; a fresh worker holds its context
                 self.runner.arbiter.beyond(self.index, 0)
+
+
+def _case_of(task: Task) -> tuple:
+    """The group a task goes to one worker in: its case, in the plan's mode (a forward-only backend's forward
+    run shares its case's inputs and worker)."""
+    return task.op, task.case.case_id, task.planned.grad, task.device
 
 
 def first_fit(needs: Iterable[int], free: int, share: int) -> int:
