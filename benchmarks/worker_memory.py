@@ -8,7 +8,7 @@ tensors (allocated), what it keeps cached (reserved, after ``empty_cache``) and 
 (context, library handles and workspaces included). Reserved far above allocated is fragmentation (a small
 live tensor pinning a large segment); NVML far above reserved is memory outside the allocator. Run it with
 ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` to compare. ``--reset-stack`` sets the context's stack limit
-to what it is after each case and prints NVML's count again: whether the driver then gives back local memory it
+to what it is after each case, then to another value and back, printing NVML's count after each: whether the driver then gives back local memory it
 grew for kernels that spill (it never shrinks it by itself). The last columns count the Triton modules the
 process has loaded (autotuners load every config they try, and a module stays loaded while its kernel object
 lives) and the largest local memory a loaded kernel needs per thread, with what the driver reserves for it on
@@ -53,7 +53,7 @@ def main() -> None:
     ap.add_argument("ops", nargs="+")
     ap.add_argument("--limit", type=int, default=20)
     ap.add_argument("--seconds", type=float, default=240, help="stop after this long")
-    ap.add_argument("--reset-stack", action="store_true", help="after each case, set CU_LIMIT_STACK_SIZE to its value")
+    ap.add_argument("--reset-stack", action="store_true", help="after each case, set CU_LIMIT_STACK_SIZE again, then change it and set it back")
     args = ap.parse_args()
     dev = torch.device("cuda")
     tasks = plan_tasks([OPS[o] for o in args.ops], None, limit=args.limit, device="cuda", out=open(os.devnull, "w"))
@@ -81,8 +81,13 @@ def main() -> None:
         if args.reset_stack:
             cuda, limit = ctypes.CDLL("libcuda.so.1"), ctypes.c_size_t()
             cuda.cuCtxGetLimit(ctypes.byref(limit), 0)  # 0: CU_LIMIT_STACK_SIZE
-            rc = cuda.cuCtxSetLimit(0, limit)
-            reset = f"  after a stack reset (rc {rc}): {(process_bytes(dev, os.getpid()) or 0) / gib:6.2f}"
+            same = cuda.cuCtxSetLimit(0, limit)
+            after_same = (process_bytes(dev, os.getpid()) or 0) / gib
+            # setting the same value may be a no-op to the driver: change it and set it back
+            other = cuda.cuCtxSetLimit(0, ctypes.c_size_t(limit.value + 16))
+            back = cuda.cuCtxSetLimit(0, limit)
+            reset = (f"  stack limit set again (rc {same}): {after_same:6.2f}, changed and set back "
+                     f"(rc {other}, {back}): {(process_bytes(dev, os.getpid()) or 0) / gib:6.2f}")
         modules, lmem = loaded_triton()
         print(f"{task.op + ' ' + task.case.label[:60]:<70} {row.get('status', 'error'):>7} {alloc / gib:6.2f} "
               f"{reserved / gib:6.2f} {nvml / gib:6.2f}     {modules:>7} {lmem:>7} {lmem * threads / gib:9.2f}{reset}",
