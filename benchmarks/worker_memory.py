@@ -8,8 +8,8 @@ tensors (allocated), what it keeps cached (reserved, after ``empty_cache``) and 
 (context, library handles and workspaces included). Reserved far above allocated is fragmentation (a small
 live tensor pinning a large segment); NVML far above reserved is memory outside the allocator. Run it with
 ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` to compare. ``--reset-stack`` sets the context's stack limit
-to what it is after each case, then to another value and back, printing NVML's count after each: whether the driver then gives back local memory it
-grew for kernels that spill (it never shrinks it by itself). The last columns count the Triton modules the
+to what it is after each case, then to another value and back, printing NVML's count after each: whether
+the driver then gives back local memory it grew for kernels that spill (it never shrinks it by itself). The last columns count the Triton modules the
 process has loaded (autotuners load every config they try, and a module stays loaded while its kernel object
 lives) and the largest local memory a loaded kernel needs per thread, with what the driver reserves for it on
 every SM (per thread x the SM's threads x SMs): which of the two grows with NVML's count.
