@@ -9,10 +9,11 @@ tensors (allocated), what it keeps cached (reserved, after ``empty_cache``) and 
 live tensor pinning a large segment); NVML far above reserved is memory outside the allocator. Run it with
 ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` to compare. ``--reset-stack`` sets the context's stack limit
 to what it is after each case, then to another value and back, printing NVML's count after each: whether
-the driver then gives back local memory it grew for kernels that spill (it never shrinks it by itself). The last columns count the Triton modules the
-process has loaded (autotuners load every config they try, and a module stays loaded while its kernel object
-lives) and the largest local memory a loaded kernel needs per thread, with what the driver reserves for it on
-every SM (per thread x the SM's threads x SMs): which of the two grows with NVML's count.
+the driver then gives back local memory it grew for kernels that spill (it never shrinks it by itself).
+The last columns count the Triton modules the process has loaded (autotuners load every config they try,
+and a module stays loaded while its kernel object lives) and the largest local memory a loaded kernel needs
+per thread, with what the driver reserves for it (per thread x the SM's threads x SMs): which of the two
+grows with NVML's count.
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ def main() -> None:
     ap.add_argument("ops", nargs="+")
     ap.add_argument("--limit", type=int, default=20)
     ap.add_argument("--seconds", type=float, default=240, help="stop after this long")
-    ap.add_argument("--reset-stack", action="store_true", help="after each case, set CU_LIMIT_STACK_SIZE again, then change it and set it back")
+    ap.add_argument("--reset-stack", action="store_true", 
+                    help="after each case, set CU_LIMIT_STACK_SIZE again, then change it and set it back")
     args = ap.parse_args()
     dev = torch.device("cuda")
     tasks = plan_tasks([OPS[o] for o in args.ops], None, limit=args.limit, device="cuda", out=open(os.devnull, "w"))
