@@ -174,10 +174,13 @@ def main() -> int:
             for f in store.jsonl_files([root / run["label"]]):
                 (args.keep / run["label"]).mkdir(parents=True, exist_ok=True)
                 shutil.copy(f, args.keep / run["label"] / f.name)
+        write_json()
+        return run
+
+    def write_json() -> None:
         if args.json:
             args.json.write_text(json.dumps({"runs": [{k: v for k, v in r.items() if k != "rows"} for r in runs],
                                              "agreement": agreement}, indent=1))
-        return run
 
     print(f"{'run':<22} {'workers':>7} {'pairs':>6} {'wall s':>7} {'pairs/min':>9} {'busy':>5}  phases (worker s)",
           flush=True)
@@ -211,7 +214,9 @@ def main() -> int:
                 # parallel timings agree when their typical deviation from serial ones is within the
                 # deviation a second serial run shows for most pairs (floor: 2%)
                 ok = par["median_abs_log"] <= max(rep["p90_abs_log"], 0.02)
+                sides["agrees"] = ok
                 print(f"  parallel agrees with serial within the run-to-run spread: {'yes' if ok else 'NO'}", flush=True)
+        write_json()  # the agreement comes after the last run's report
         print("\nforward times furthest apart, parallel against serial (ms; what the disagreement is made of):")
         for line in furthest(a["rows"], b["rows"], p["rows"], "fwd_ms"):
             print("  " + line, flush=True)
