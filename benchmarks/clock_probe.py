@@ -8,7 +8,9 @@ faster in parallel fills on an H200. For a tiny and a large call, graph-replay m
 clock NVML reports, after IDLE_S idle and right after a second of busy device work; then the tiny call
 with 16, 112 and 1008 calls per graph replay, and beside 12 idle CUDA contexts; how long the clock
 takes to recover after busy work; and graph replays beside 0-12 idle CUDA contexts, with a
-``timing.prime`` check (``--contexts``: that table alone). Prints tables.
+``timing.prime`` check (``--contexts``: that table alone). ``--capture-state``: whether a graph's replay
+time follows the contexts on the device when it was captured or while it replays (graphs captured alone,
+beside one and beside twelve idle contexts, each replayed in every later state). Prints tables.
 """
 
 from __future__ import annotations
@@ -45,8 +47,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--contexts", action="store_true", help="only the table of calls beside idle CUDA contexts")
     ap.add_argument("--suspects", action="store_true", help="only the tables of calls per replay and contexts")
+    ap.add_argument("--capture-state", action="store_true", help="only the table of graphs captured beside 0, 1 "
+                    "and 12 idle contexts, each replayed in every later state")
     args = ap.parse_args()
     timer = CudaTimer(torch.device("cuda"))
+    if args.capture_state:
+        capture_state(timer)
+        return 0
     if args.contexts or args.suspects:
         if args.suspects:
             suspects(timer)
@@ -116,6 +123,52 @@ def beside_contexts(timer: CudaTimer) -> None:
         for proc in idle:
             proc.kill()
         for g, _ in graphs.values():
+            g.reset()
+
+
+def idle_context() -> "subprocess.Popen":
+    """Another process holding a CUDA context on the device and doing nothing (started once it holds it)."""
+    import subprocess
+
+    proc = subprocess.Popen([sys.executable, "-c", "import torch, time; torch.ones(1, device='cuda'); "
+                             "print('ready', flush=True); time.sleep(300)"], stdout=subprocess.PIPE, text=True)
+    proc.stdout.readline()
+    return proc
+
+
+def capture_state(timer: CudaTimer) -> None:
+    """Run 12's probe captured its 12-context graph after the contexts opened, and its 0-4-context graphs
+    before: it could not tell a state fixed when a graph is captured from one read while it replays. Here
+    graph A is captured alone, B beside one idle context, C beside twelve, D alone again after they exit;
+    every graph captured so far is replayed in each state."""
+    xs = [torch.randn(4096, 64, device="cuda", dtype=torch.float16) for _ in range(16)]
+    fns = [lambda x=x: x.mul(1.0001) for x in xs]
+    est = timer._estimate(fns[0])
+    graphs: dict = {}
+    idle: list = []
+    print(f"\n{'tiny call (us), state while replaying':<44} " + " ".join(f"{g:>8}" for g in "ABCD"))
+
+    def state(label: str, capture: str) -> None:
+        time.sleep(0.5)
+        graphs[capture] = timer.capture(fns, est)
+        meds = {k: quantiles(timer.replay(g, est))[0] * 1e3 for k, g in graphs.items()}
+        print(f"{label + f' (captured {capture})':<44} " + " ".join(
+            f"{meds[k]:>8.2f}" if k in meds else f"{'-':>8}" for k in "ABCD"), flush=True)
+
+    try:
+        state("alone", "A")
+        idle.append(idle_context())
+        state("1 idle context", "B")
+        while len(idle) < 12:
+            idle.append(idle_context())
+        state("12 idle contexts", "C")
+        while idle:
+            idle.pop().kill()
+        state("alone again, after they exit", "D")
+    finally:
+        for proc in idle:
+            proc.kill()
+        for g in graphs.values():
             g.reset()
 
 
