@@ -65,7 +65,25 @@ def one_fill(ops, limit: int, workers: int, trials: int, root: Path, label: str,
             "phases_s": {k: round(v, 1) for k, v in b["phases"].items()}, "per_pair": b["per_pair"],
             "lanes": {k: round(v, 2) for k, v in (b["lanes"] or {}).items()}, "by_status": by_status,
             "retried_alone": b["retried_alone"], "idle_worker_gib": b["idle_worker_gib"], "recycled": b["recycled"],
-            "rows": {(r.op, r.impl, r.case_id, r.grad): r for r in rows}}
+            "rows": {(r.op, r.impl, r.case_id, r.grad): r for r in rows},
+            "timed_by": {key: order_of(summary.worker_starts, pid) for key, pid in summary.timed_by.items()}}
+
+
+def order_of(started: dict, pid: int) -> int:
+    """The worker's place in the fill's start order (1: the first started)."""
+    return 1 + sorted(started, key=started.get).index(pid) if pid in started else 0
+
+
+def by_worker(a: dict, p: dict, workers: dict, column: str) -> list[str]:
+    """Parallel over serial ``column`` per parallel worker, in its start order: whether a worker's state (the
+    CUDA contexts opened before and after its own) sets how fast it times, rather than the case."""
+    out: dict = {}
+    for key, r in a.items():
+        o = p.get(key)
+        if o is not None and r.status == o.status == "pass" and getattr(r, column, None) and getattr(o, column, None):
+            out.setdefault(workers.get(key, 0), []).append(getattr(o, column) / getattr(r, column))
+    return [f"worker started #{w:<3} {len(rs):>3} pairs  median {statistics.median(rs):.3f}  "
+            f"[{min(rs):.3f}-{max(rs):.3f}]" for w, rs in sorted(out.items())]
 
 
 def ratios(base: dict, other: dict, column: str) -> list[float]:
@@ -180,7 +198,8 @@ def main() -> int:
 
     def write_json() -> None:
         if args.json:
-            args.json.write_text(json.dumps({"runs": [{k: v for k, v in r.items() if k != "rows"} for r in runs],
+            args.json.write_text(json.dumps({"runs": [{k: v for k, v in r.items() if k not in ("rows", "timed_by")}
+                                                      for r in runs],
                                              "agreement": agreement}, indent=1))
 
     print(f"{'run':<22} {'workers':>7} {'pairs':>6} {'wall s':>7} {'pairs/min':>9} {'busy':>5}  phases (worker s)",
@@ -220,6 +239,9 @@ def main() -> int:
         write_json()  # the agreement comes after the last run's report
         print("\nforward times furthest apart, parallel against serial (ms; what the disagreement is made of):")
         for line in furthest(a["rows"], b["rows"], p["rows"], "fwd_ms"):
+            print("  " + line, flush=True)
+        print("\nforward, parallel / serial, by the parallel worker that timed it:")
+        for line in by_worker(a["rows"], p["rows"], p["timed_by"], "fwd_ms"):
             print("  " + line, flush=True)
     return 0
 

@@ -479,6 +479,7 @@ class Slot:
             self.worker = Worker(torch.device(task.device), runner.sink.sentinels, self.index, runner.arbiter,
                                  threads)
             runner.summary.spent({"startup": self.worker.startup_s})
+            runner.summary.worker_starts[self.worker.proc.pid] = time.monotonic()
         worker = self.worker  # the main thread may take self.worker away when the fill stops
         self.now_doing(f"{task.op} {task.impl} {task.case.label}{' grad' if task.grad else ''} in worker "
                        f"{worker.proc.pid} (watchdog {task.budget_s:.0f} s; lane waits for other fills not counted)")
@@ -500,6 +501,7 @@ class Slot:
                 runner.summary.spent({"lost": time.monotonic() - t0}, task.impl)
             return row
         runner.summary.spent(phases, task.impl)
+        runner.summary.timed_by[(task.op, task.impl, task.case.case_id, task.grad)] = worker.proc.pid
         if last:
             self.idle(worker)
         if not ok:  # the case left the CUDA context unusable: start afresh

@@ -70,6 +70,8 @@ class Summary:
     device: str | None = None  # the device name its rows carry (e.g. 'NVIDIA H200')
     footprints: dict = field(default_factory=dict)  # slot -> the most device bytes its idle worker held
     recycled: int = 0  # idle workers stopped for holding too much device memory
+    worker_starts: dict = field(default_factory=dict)  # worker pid -> when it started (monotonic s), in start order
+    timed_by: dict = field(default_factory=dict)  # (op, impl, case_id, grad) -> the pid of the worker that ran it
 
     def footprint(self, slot: int, nbytes: int) -> None:
         self.footprints[slot] = max(nbytes, self.footprints.get(slot, 0))

@@ -43,6 +43,11 @@ def test_two_workers_dying_at_once_cost_two_crash_rows_and_the_fill_finishes(env
     assert len(died) == len(rows("toy_scale", "torch")) > 10  # every other case was measured
     assert summary.counts[("toy_scale", "toy:die_together")]["crash"] == 2
     assert not list((env / "cache").parent.glob("fill/sentinel-*"))  # no sentinel left behind
+    # which worker ran each pair (a worker's state on the device can set its timings): every row a worker
+    # returned names one the fill started; the two that died were replaced by fresh ones
+    returned = {(r.op, r.impl, r.case_id, r.grad) for r in died + rows("toy_scale", "torch") if r.status == "pass"}
+    assert returned <= set(summary.timed_by) and set(summary.timed_by.values()) <= set(summary.worker_starts)
+    assert len(summary.worker_starts) == 5
 
 
 def test_timing_never_shares_the_device_with_correctness_trials(env, monkeypatch):
