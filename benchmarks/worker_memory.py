@@ -54,7 +54,7 @@ def main() -> None:
     ap.add_argument("ops", nargs="+")
     ap.add_argument("--limit", type=int, default=20)
     ap.add_argument("--seconds", type=float, default=240, help="stop after this long")
-    ap.add_argument("--reset-stack", action="store_true", 
+    ap.add_argument("--reset-stack", action="store_true",
                     help="after each case, set CU_LIMIT_STACK_SIZE again, then change it and set it back")
     args = ap.parse_args()
     dev = torch.device("cuda")
