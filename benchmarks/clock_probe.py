@@ -16,6 +16,7 @@ beside one and beside twelve idle contexts, each replayed in every later state).
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -88,8 +89,6 @@ def beside_contexts(timer: CudaTimer) -> None:
     """A tiny (1-2 us) and a medium (about 20 us) call by graph replay beside 0-12 other processes that
     hold a CUDA context and do nothing: what a parallel fill's timing lane has around it, and a training
     process does not."""
-    import subprocess
-
     calls = {"tiny": [torch.randn(4096, 64, device="cuda", dtype=torch.float16) for _ in range(16)],
              "medium": [torch.randn(4096, 4096, device="cuda", dtype=torch.float16) for _ in range(4)]}
     graphs = {}
@@ -111,10 +110,7 @@ def beside_contexts(timer: CudaTimer) -> None:
         row(f"alone, after timing.prime ({'ran' if prime(torch.device('cuda')) else 'FAILED'})")
         for n in (0, 1, 2, 4, 12, 0):
             while len(idle) < n:
-                idle.append(subprocess.Popen([sys.executable, "-c", "import torch, time; torch.ones(1, device='cuda'); "
-                                              "print('ready', flush=True); time.sleep(120)"],
-                                             stdout=subprocess.PIPE, text=True))
-                idle[-1].stdout.readline()
+                idle.append(idle_context())
             while len(idle) > n:
                 idle.pop().kill()
             time.sleep(0.5)
@@ -126,10 +122,8 @@ def beside_contexts(timer: CudaTimer) -> None:
             g.reset()
 
 
-def idle_context() -> "subprocess.Popen":
+def idle_context() -> subprocess.Popen:
     """Another process holding a CUDA context on the device and doing nothing (started once it holds it)."""
-    import subprocess
-
     proc = subprocess.Popen([sys.executable, "-c", "import torch, time; torch.ones(1, device='cuda'); "
                              "print('ready', flush=True); time.sleep(300)"], stdout=subprocess.PIPE, text=True)
     proc.stdout.readline()
@@ -203,8 +197,6 @@ def suspects(timer: CudaTimer) -> None:
     """The tiny call again under the two other differences between a serial and a parallel fill: how
     many calls one replay makes (sized from an estimate taken beside other workers' trials, which
     reads high), and other processes holding CUDA contexts on the device while it times."""
-    import subprocess
-
     xs = [torch.randn(4096, 64, device="cuda", dtype=torch.float16) for _ in range(16)]
     fns = [lambda x=x: x.mul(1.0001) for x in xs]
     print(f"\n{'tiny call, variant':<44} {'median us':>10} {'q20-q80 us':>14}")
@@ -213,12 +205,10 @@ def suspects(timer: CudaTimer) -> None:
         med, q20, q80 = quantiles(timer.replay(graph, 1.0 / calls))
         graph.reset()
         print(f"{f'{graph.calls} calls per replay':<44} {med * 1e3:>10.2f} {q20 * 1e3:>6.2f}-{q80 * 1e3:<6.2f}", flush=True)
-    idle = [subprocess.Popen([sys.executable, "-c", "import torch, time; torch.ones(1, device='cuda'); "
-                              "print('ready', flush=True); time.sleep(60)"], stdout=subprocess.PIPE, text=True)
-            for _ in range(12)]
+    idle: list = []
     try:
-        for proc in idle:
-            proc.stdout.readline()
+        while len(idle) < 12:
+            idle.append(idle_context())
         graph = timer.capture(fns, 1.0 / 112)
         med, q20, q80 = quantiles(timer.replay(graph, 1.0 / 112))
         graph.reset()

@@ -66,12 +66,13 @@ def one_fill(ops, limit: int, workers: int, trials: int, root: Path, label: str,
             "lanes": {k: round(v, 2) for k, v in (b["lanes"] or {}).items()}, "by_status": by_status,
             "retried_alone": b["retried_alone"], "idle_worker_gib": b["idle_worker_gib"], "recycled": b["recycled"],
             "rows": {(r.op, r.impl, r.case_id, r.grad): r for r in rows},
-            "timed_by": {key: order_of(summary.worker_starts, pid) for key, pid in summary.timed_by.items()}}
+            "timed_by": by_start_order(summary.worker_starts, summary.timed_by)}
 
 
-def order_of(started: dict, pid: int) -> int:
-    """The worker's place in the fill's start order (1: the first started)."""
-    return 1 + sorted(started, key=started.get).index(pid) if pid in started else 0
+def by_start_order(started: dict, timed_by: dict) -> dict:
+    """Each pair's worker as its place in the fill's start order (1: the first started)."""
+    order = {pid: i for i, pid in enumerate(sorted(started, key=started.get), 1)}
+    return {key: order.get(pid, 0) for key, pid in timed_by.items()}
 
 
 def by_worker(a: dict, p: dict, workers: dict, column: str) -> list[str]:
