@@ -68,7 +68,8 @@ FIELDS = (
     Field("fwd_ms", "float | None", "forward device time, median"),
     Field("fwd_q20_ms", "float | None", "forward device time, 20th percentile"),
     Field("fwd_q80_ms", "float | None", "forward device time, 80th percentile"),
-    Field("bwd_ms", "float | None", "backward device time, median"),
+    Field("bwd_ms", "float | None", "backward device time, median (cuda-graph: step replays less the "
+          "forward replays beside them)"),
     Field("bwd_q20_ms", "float | None", "backward device time, 20th percentile"),
     Field("bwd_q80_ms", "float | None", "backward device time, 80th percentile"),
     Field("step_ms", "float | None", "forward + backward: what a training step pays"),

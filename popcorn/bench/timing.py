@@ -2,8 +2,9 @@
 
 CUDA: cold-L2 event timing (the L2 flush outside the timed region); when a call is too short
 for per-call events to see past launch overhead, CUDA-graph replay of many unrolled calls that
-rotate through enough input copies to defeat L2. Each batch is enqueued while the device spins on a
-head start, so a stalled host never leaves an idle gap inside a timed region. Samples come in
+rotate through enough input copies to defeat L2; such a pair's forward and step graphs replay by
+turns and each step replay less the forward beside it is a backward sample. Each batch is enqueued while
+the device spins on a head start, so a stalled host never leaves an idle gap inside a timed region. Samples come in
 doubling batches until their 20-80% spread settles within 2% of the median or the target wall time
 is spent (a settled median gains nothing from more). Warm-ups run before the timed samples, beside
 other workers' trials, and graph capture (host work) beside anything; only the samples hold the
@@ -33,11 +34,17 @@ MIN_REPS, MAX_REPS = 10, 2000
 SETTLED = 0.02  # samples whose 20-80% spread is within 2% of their median have settled: more add nothing
 
 
-def sampled(batch: Callable[[int], list[float]], budget: int, target_ms: float | None = None,
-            clock: Callable[[], float] = time.perf_counter) -> list[float]:
-    """Samples from ``batch(n)`` in doubling batches, MIN_REPS first, until they settle (SETTLED), the
-    ``budget`` of samples is spent or ``target_ms`` of wall time is (POPCORN_BENCH_TARGET_MS: the time
-    spent measuring a quantity, the host's included, so a launch-bound call costs no more than a
+def settled(samples: list[float]) -> bool:
+    """Whether ``samples``' 20-80% spread is within SETTLED of their median."""
+    median, q20, q80 = quantiles(samples)
+    return q80 - q20 <= SETTLED * median
+
+
+def sampled(batch: Callable[[int], list], budget: int, target_ms: float | None = None,
+            clock: Callable[[], float] = time.perf_counter, done: Callable[[list], bool] = settled) -> list:
+    """Samples from ``batch(n)`` in doubling batches, MIN_REPS first, until they are ``done`` (settled:
+    SETTLED), the ``budget`` of samples is spent or ``target_ms`` of wall time is (POPCORN_BENCH_TARGET_MS:
+    the time spent measuring a quantity, the host's included, so a launch-bound call costs no more than a
     device-bound one). A batch never outruns the time left by much: it is sized by the time per sample
     so far."""
     target = settings().bench_target_ms if target_ms is None else target_ms
@@ -45,9 +52,8 @@ def sampled(batch: Callable[[int], list[float]], budget: int, target_ms: float |
     t0 = clock()
     samples = batch(min(2 * MIN_REPS, budget))
     while len(samples) < budget:
-        median, q20, q80 = quantiles(samples)
         spent = (clock() - t0) * 1e3
-        if q80 - q20 <= SETTLED * median or spent >= target:
+        if done(samples) or spent >= target:
             break
         per_sample = spent / len(samples)
         samples += batch(max(1, min(len(samples), budget - len(samples), int((target - spent) / max(per_sample, 1e-6)))))
@@ -408,6 +414,32 @@ class CudaTimer:
             return [s.elapsed_time(e) / per_graph for s, e in zip(starts, ends)]
         return sampled(batch, replays)
 
+    def replay_step(self, fwd: "Graph", step: "Graph", est_ms: float) -> dict[str, list[float]]:
+        """Per-call milliseconds of the forward and step graphs, replayed by turns, and of the backward: each
+        step replay less the forward replay beside it. Per-call events (the backward's other timer) carry the
+        launch gaps of calls this short: run 14's event-timed backwards of graph-timed pairs read 1.9x the
+        graphs' step less forward, and their spread (23%) never settled, so each held the device for the
+        whole target time. ``est_ms``: the step's estimate."""
+        for g in (fwd, step):
+            g.graph.replay()  # the first replay after others' work pays for its pages and clocks
+        replays = min(max(MIN_REPS, int(settings().bench_target_ms / max(est_ms * step.calls, 1e-3))), 200)
+
+        def batch(n: int) -> list[tuple[float, float]]:
+            marks = [[torch.cuda.Event(enable_timing=True) for _ in range(3)] for _ in range(n)]
+
+            def enqueue():
+                for a, b, c in marks:
+                    a.record()
+                    fwd.graph.replay()
+                    b.record()
+                    step.graph.replay()
+                    c.record()
+            self._ahead(enqueue, n)
+            torch.cuda.synchronize(self.device)
+            return [(a.elapsed_time(b) / fwd.calls, b.elapsed_time(c) / step.calls) for a, b, c in marks]
+        pairs = sampled(batch, replays, done=lambda got: all(settled([p[i] for p in got]) for i in (0, 1)))
+        return {"fwd": [f for f, _ in pairs], "step": [s for _, s in pairs], "bwd": [s - f for f, s in pairs]}
+
     def copies(self, arguments: dict) -> int:
         """How many input copies a graph rotates through so one round moves 3x the L2."""
         nbytes = sum(v.numel() * v.element_size() for v in arguments.values() if isinstance(v, torch.Tensor))
@@ -524,8 +556,9 @@ def _capture(timer: CudaTimer, ready: dict, graphs: dict) -> None:
 
 
 def _cuda_samples(timer: CudaTimer, step: Step, pair: tuple, graphs: dict, grad: bool) -> tuple[dict, str]:
-    """Graph replays for a forward (and step) shorter than GRAPH_BELOW_MS, per-call events otherwise and
-    for the backward (each needs a fresh forward) and wherever a graph cannot be captured or replayed.
+    """Graph replays for a forward (and step, and the backward as their difference) shorter than
+    GRAPH_BELOW_MS; per-call events otherwise, for the backward of longer calls (each needs a fresh forward)
+    and wherever a graph cannot be captured or replayed.
     The timed samples run in one exclusive hold, so a pair waits once for the device to drain."""
     setup, call = pair
     samples: dict = {}
@@ -536,9 +569,12 @@ def _cuda_samples(timer: CudaTimer, step: Step, pair: tuple, graphs: dict, grad:
         est = timer._estimate(step.forward)
         if graphs and est < GRAPH_BELOW_MS:
             try:
-                samples["fwd"] = timer.replay(graphs["fwd"], est)
                 if grad:
-                    samples["step"] = timer.replay(graphs["step"], timer._estimate(step.step))
+                    samples = timer.replay_step(graphs["fwd"], graphs["step"], timer._estimate(step.step))
+                    if quantiles(samples["bwd"])[0] <= 0:  # a backward lost in the noise: its own events say
+                        del samples["bwd"]
+                else:
+                    samples["fwd"] = timer.replay(graphs["fwd"], est)
                 name = "cuda-graph"
             except Exception:  # noqa: BLE001 - a replay that fails is timed by events instead
                 torch.cuda.synchronize(timer.device)
@@ -547,7 +583,7 @@ def _cuda_samples(timer: CudaTimer, step: Step, pair: tuple, graphs: dict, grad:
             samples["fwd"] = timer.events(step.forward, warm=False)
             if grad:
                 samples["step"] = timer.events(step.step, warm=False)
-        if grad:
+        if grad and "bwd" not in samples:
             samples["bwd"] = timer.events(call, setup, warm=False)
     return samples, name
 

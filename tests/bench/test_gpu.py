@@ -32,6 +32,18 @@ def test_forward_time_is_repeatable_in_one_process(impl):
     assert abs(b["fwd_ms"] / a["fwd_ms"] - 1) < 0.05, (a["fwd_ms"], b["fwd_ms"])
 
 
+def test_a_graph_timed_backward_is_the_step_less_the_forward_beside_it():
+    x = torch.randn(256, 4096, dtype=torch.float32, device="cuda", requires_grad=True)
+    w = torch.randn(4096, dtype=torch.float32, device="cuda", requires_grad=True)
+    timing, timer = measure(lambda **a: rms_norm.reference(**a), {"x": x, "weight": w, "eps": 1e-6}, True,
+                            torch.device("cuda"))
+    assert timer == "cuda-graph"
+    # the median of differences, not the difference of medians: close, never equal by construction
+    assert 0 < timing["bwd_ms"] < timing["step_ms"]
+    assert abs(timing["bwd_ms"] / (timing["step_ms"] - timing["fwd_ms"]) - 1) < 0.1, timing
+    assert timing["bwd_q20_ms"] <= timing["bwd_ms"] <= timing["bwd_q80_ms"]
+
+
 def test_unwritten_output_fails_on_cuda():
     from popcorn.bench.compare import check
 

@@ -1,6 +1,6 @@
 """The sampler's stopping rules (popcorn.bench.timing.sampled), on a fake clock: no wall-clock margins."""
 
-from popcorn.bench.timing import MIN_REPS, sampled
+from popcorn.bench.timing import MIN_REPS, sampled, settled
 
 
 class Clock:
@@ -52,6 +52,19 @@ def test_a_slow_host_ends_sampling_at_the_target_wall_time():
 def test_at_least_the_first_batch_is_drawn_however_slow():
     clock = Clock(per_sample_ms=50.0)
     samples = sampled(clock.batch(noisy()), budget=2000, target_ms=100, clock=clock)
+    assert len(samples) == 2 * MIN_REPS
+
+
+def test_paired_samples_go_on_until_every_column_settles():
+    # a forward and step replayed by turns: the steady forward alone does not end sampling
+    clock = Clock(per_sample_ms=0.001)
+    steps = noisy()
+    samples = sampled(clock.batch((1.0, next(steps)) for _ in iter(int, 1)), budget=200, target_ms=100, clock=clock,
+                      done=lambda got: all(settled([g[i] for g in got]) for i in (0, 1)))
+    assert len(samples) == 200 and all(len(s) == 2 for s in samples)
+    clock = Clock(per_sample_ms=0.001)
+    samples = sampled(clock.batch((1.0, 2.0) for _ in iter(int, 1)), budget=200, target_ms=100, clock=clock,
+                      done=lambda got: all(settled([g[i] for g in got]) for i in (0, 1)))
     assert len(samples) == 2 * MIN_REPS
 
 
