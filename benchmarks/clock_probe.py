@@ -174,8 +174,8 @@ def capture_state(timer: CudaTimer) -> None:
             g.reset()
 
 
-# N contexts on device 0, all open at once, then closed: WAY "one" creates them in this one process
-# (cuCtxCreate), "many" is N processes each holding its primary context until every one has it
+# N contexts on device 0: WAY "one" opens and closes them in turn in this one process (as timing.prime does),
+# "many" is N processes each holding its primary context until every one has it (as a fill's workers)
 _OPEN = """
 import ctypes, sys, time
 cuda = ctypes.CDLL("libcuda.so.1")
@@ -185,6 +185,8 @@ for _ in range(int(sys.argv[1])):
     ctx = ctypes.c_void_p()
     assert cuda.cuCtxCreate_v2(ctypes.byref(ctx), 0, dev) == 0
     assert cuda.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(1 << 20)) == 0
+    if sys.argv[2] == "one":
+        assert cuda.cuCtxDestroy_v2(ctx) == 0
 print("ready", flush=True)
 sys.stdin.readline()
 """
@@ -193,7 +195,7 @@ sys.stdin.readline()
 def open_contexts(n: int, way: str) -> float:
     """Open ``n`` other contexts on the device (all at once), then close them; returns the seconds it took."""
     t0 = time.perf_counter()
-    procs = [subprocess.Popen([sys.executable, "-c", _OPEN, str(n if way == "one" else 1)], stdin=subprocess.PIPE,
+    procs = [subprocess.Popen([sys.executable, "-c", _OPEN, str(n if way == "one" else 1), way], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True) for _ in range(n if way == "many" else (1 if n else 0))]
     for proc in procs:
         proc.stdout.readline()
