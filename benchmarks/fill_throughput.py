@@ -65,7 +65,6 @@ def one_fill(ops, limit: int, workers: int, trials: int, root: Path, label: str,
             "phases_s": {k: round(v, 1) for k, v in b["phases"].items()}, "per_pair": b["per_pair"],
             "lanes": {k: round(v, 2) for k, v in (b["lanes"] or {}).items()}, "by_status": by_status,
             "retried_alone": b["retried_alone"], "idle_worker_gib": b["idle_worker_gib"], "recycled": b["recycled"],
-            "company": b["company"],
             "rows": {(r.op, r.impl, r.case_id, r.grad): r for r in rows},
             "timed_by": by_start_order(summary.worker_starts, summary.timed_by)}
 
@@ -185,7 +184,7 @@ def main() -> int:
               + " ".join(f"{k}={v:.0f}" for k, v in run["phases_s"].items()), flush=True)
         print(f"{'':<22} rows by status: {run['by_status']}; OOMs retried alone: {run['retried_alone']}; "
               f"idle worker GiB (median, max of their peaks): {run['idle_worker_gib']}; workers stopped for holding too "
-              f"much: {run['recycled']}; idle contexts held beside timing: {run['company']}", flush=True)
+              f"much: {run['recycled']}", flush=True)
         if run["lanes"]:
             print(f"{'':<22} {lane_states(run['lanes'])}", flush=True)
         for impl, c in run["per_pair"].items():  # where each backend's worker time goes, per pair

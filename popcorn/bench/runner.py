@@ -29,7 +29,6 @@ from popcorn.schema import FORWARD_TIMED, REFERENCE, REFERENCE_TIMED  # the refe
 from . import device_lane
 from . import plan as planning
 from .arbiter import Arbiter, Closed
-from .company import company, needed
 from .frontier import Frontier
 from .record import OOM, TIMEOUT, Record
 from .sinks import Sink
@@ -58,10 +57,7 @@ def run(tasks: Tasks | Iterable[Task], sink: Sink, progress: Progress | None = N
     task."""
     tasks = tasks if isinstance(tasks, Tasks) else Tasks(list(tasks))
     runner = _Runner(sink, progress, max(1, workers), tasks)
-    # every fill times beside as many other contexts as a 12-worker fill's timing has (see company)
-    device = _cuda_device(tasks)
-    with interrupt_once(signal.SIGINT) as fired, company(device, needed(device, workers)) as beside:
-        runner.summary.company = beside
+    with interrupt_once(signal.SIGINT) as fired:  # a second Ctrl-C (or one sent to the process group)
         try:
             runner.go()
         except KeyboardInterrupt:
@@ -339,21 +335,14 @@ class _Runner:
             self.summary.lanes = self.arbiter.occupancy()
 
 
-def _cuda_device(tasks: Tasks) -> torch.device | None:
-    """The one CUDA device every task to measure runs on; None for CPU tasks, several devices or none."""
-    devices = {t.device for t in tasks.todo}
-    if len(devices) != 1 or not devices.pop().startswith("cuda") or not torch.cuda.is_available():
-        return None
-    return torch.device(tasks.todo[0].device)
-
-
 def _device_memory(tasks: Tasks, workers: int) -> tuple:
     """(bytes, ledger): the device memory parallel cases may reserve (the device's, less room for each
     worker's context and allocator) and the ledger of other fills' reservations on the device (None:
     not shared); (None, None) on CPU, whose memory is not arbitrated."""
-    device = _cuda_device(tasks)
-    if device is None:
+    devices = {t.device for t in tasks.todo}
+    if len(devices) != 1 or not devices.pop().startswith("cuda") or not torch.cuda.is_available():
         return None, None
+    device = torch.device(tasks.todo[0].device)
     total = torch.cuda.get_device_properties(device).total_memory
     return int(total * 0.9) - workers * CONTEXT_BYTES, device_lane.memory_for(device)
 

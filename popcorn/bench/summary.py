@@ -72,7 +72,6 @@ class Summary:
     recycled: int = 0  # idle workers stopped for holding too much device memory
     worker_starts: dict = field(default_factory=dict)  # worker pid -> when it started (monotonic s), in start order
     timed_by: dict = field(default_factory=dict)  # (op, impl, case_id, grad) -> the pid of the worker that ran it
-    company: int = 0  # idle CUDA contexts held beside the fill's timing (popcorn.bench.company)
 
     def footprint(self, slot: int, nbytes: int) -> None:
         self.footprints[slot] = max(nbytes, self.footprints.get(slot, 0))
@@ -105,7 +104,7 @@ class Summary:
                 "busy_s": busy, "busy_fraction": busy / wall if wall > 0 else 0.0, "workers": self.workers,
                 "phases": phases, "per_pair": self.per_pair(), "lanes": self.lanes,
                 "retried_beside": self.retried_beside, "retried_alone": self.retried_alone,
-                "recycled": self.recycled, "company": self.company, "idle_worker_gib": (round(statistics.median(self.footprints.values()) / 2**30, 2),
+                "recycled": self.recycled, "idle_worker_gib": (round(statistics.median(self.footprints.values()) / 2**30, 2),
                                     round(max(self.footprints.values()) / 2**30, 2)) if self.footprints else None}
 
     def add(self, op: str, impl: str, what: str) -> None:
@@ -148,9 +147,6 @@ class Summary:
                          f"spent {total:.0f} s: {parts}")
             if self.lanes:
                 lines.append(lane_states(self.lanes))
-            if self.company:
-                lines.append(f"timed beside {self.company} idle CUDA context(s) held for the fill and "
-                             f"{self.workers - 1} sibling worker(s)")
             if b["idle_worker_gib"]:
                 lines.append("device memory an idle worker held, at most (GiB): median %.2f, max %.2f of the workers; "
                              % b["idle_worker_gib"] + f"{self.recycled} worker(s) stopped for holding too much")

@@ -206,18 +206,6 @@ def process_bytes(device: torch.device, pid: int) -> int | None:
     return None
 
 
-def processes_on(device: torch.device) -> int:
-    """How many processes hold a CUDA context on ``device`` by NVML; 0 where NVML cannot say."""
-    got = _nvml_of(device)
-    if got is None:
-        return 0
-    nvml, handle, _ = got
-    try:
-        return len(nvml.nvmlDeviceGetComputeRunningProcesses(handle))
-    except Exception:  # noqa: BLE001
-        return 0
-
-
 def _spin_2ms(device: torch.device) -> bool:
     rate = _spin_rate(device) if device.type == "cuda" else None
     if rate is None:
