@@ -16,6 +16,7 @@ beside one and beside twelve idle contexts, each replayed in every later state).
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import time
@@ -52,12 +53,22 @@ def main() -> int:
                     "and 12 idle contexts, each replayed in every later state")
     ap.add_argument("--opened-after", action="store_true", help="only the table of a fresh process's tiny call "
                     "before and after N other contexts opened and closed (N processes, or N contexts in one)")
+    ap.add_argument("--beside-load", action="store_true", help="only the table of a primed process's tiny call "
+                    "beside idle contexts of two kinds and beside busy CPU cores")
+    ap.add_argument("--placement", action="store_true", help="only the table of a primed process's tiny call on "
+                    "inputs allocated after 0-40 GiB of other tensors")
     ap.add_argument("--child", nargs=2, metavar=("N", "WAY"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.opened_after:
         opened_after()
         return 0
     timer = CudaTimer(torch.device("cuda"))
+    if args.beside_load:
+        beside_load(timer)
+        return 0
+    if args.placement:
+        placement(timer)
+        return 0
     if args.child:
         return child(timer, int(args.child[0]), args.child[1])
     if args.capture_state:
@@ -231,6 +242,77 @@ def opened_after() -> None:
     print(f"\n{'tiny call (us), fresh process':<28} {'alone':>10} {'after':>10} {'recapture':>10} {'open s':>8}")
     for n, way in ((0, "many"), (1, "many"), (4, "many"), (12, "many"), (4, "one"), (12, "one"), (0, "many")):
         subprocess.run([sys.executable, __file__, "--child", str(n), way], timeout=60)
+
+
+def beside_load(timer: CudaTimer) -> None:
+    """Run 15: a serial fill beside 11 idle contexts held by bare driver-API helpers (a fill feature tried and
+    taken out again) still timed tiny calls 12-19% slower than a 12-worker fill. What else a parallel fill's timing has beside
+    it: contexts of processes that imported torch (run 12's 12 idle ones: 1.25 against 1.38 us), and busy
+    CPU cores with the timing thread pinned to a kept one (lane.keep_a_core_for_timing)."""
+    xs = [torch.randn(4096, 64, device="cuda", dtype=torch.float16) for _ in range(16)]
+    fns = [lambda x=x: x.mul(1.0001) for x in xs]
+    est = timer._estimate(fns[0])
+    graph = timer.capture(fns, est)
+    prime(torch.device("cuda"))
+    print(f"\n{'tiny call (us), primed, beside':<44} {'median':>8} {'q20-q80':>14}")
+
+    def row(label: str) -> None:
+        time.sleep(0.5)
+        med, q20, q80 = quantiles(timer.replay(graph, est))
+        print(f"{label:<44} {med * 1e3:>8.2f} {q20 * 1e3:>6.2f}-{q80 * 1e3:<6.2f}", flush=True)
+
+    row("nothing")
+    held = [subprocess.Popen([sys.executable, "-c", _OPEN, "1", "many"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True) for _ in range(11)]
+    try:
+        n = sum(proc.stdout.readline().strip() == "ready" for proc in held)
+        row(f"{n} idle driver-API contexts")
+    finally:
+        for proc in held:
+            proc.communicate("\n")
+    idle = [idle_context() for _ in range(11)]
+    try:
+        row("11 idle torch processes")
+    finally:
+        for proc in idle:
+            proc.kill()
+    row("nothing, after they exit")
+    cores = sorted(os.sched_getaffinity(0))
+    spin = [subprocess.Popen([sys.executable, "-c", f"import os; os.sched_setaffinity(0, {{{c}}})\nwhile True: pass"])
+            for c in cores[1:]]
+    try:
+        row(f"{len(spin)} busy cores, this process anywhere")
+        os.sched_setaffinity(0, {cores[0]})
+        row(f"{len(spin)} busy cores, this process on a free one")
+    finally:
+        os.sched_setaffinity(0, set(cores))
+        for proc in spin:
+            proc.kill()
+    row("nothing, at the end")
+    graph.reset()
+
+
+def placement(timer: CudaTimer) -> None:
+    """Run 15: processes differ by about 7% in the tiny call's time (fresh ones 1.47 or 1.57 us, primed 1.28 or
+    1.38), and nothing beside a primed one (idle contexts, busy cores) moved it. Whether where its inputs lie
+    in device memory does: the same call on inputs allocated after 0, 2, 8 and 40 GiB of other tensors, each
+    set held while the next is timed, in this one process."""
+    prime(torch.device("cuda"))
+    print(f"\n{'tiny call (us), primed, inputs after':<44} {'median':>8} {'q20-q80':>14}")
+    held = []
+    for gib in (0, 2, 8, 40, 0):
+        if gib:
+            held.append(torch.empty(gib * 2**30, dtype=torch.uint8, device="cuda"))
+        xs = [torch.randn(4096, 64, device="cuda", dtype=torch.float16) for _ in range(16)]
+        fns = [lambda x=x: x.mul(1.0001) for x in xs]
+        est = timer._estimate(fns[0])
+        graph = timer.capture(fns, est)
+        med, q20, q80 = quantiles(timer.replay(graph, est))
+        where = min(x.data_ptr() for x in xs)
+        print(f"{f'{sum(h.numel() for h in held) / 2**30:.0f} GiB held, inputs at {where:#x}':<44} "
+              f"{med * 1e3:>8.2f} {q20 * 1e3:>6.2f}-{q80 * 1e3:<6.2f}", flush=True)
+        graph.reset()
+    held.clear()
 
 
 def recovery(timer: CudaTimer) -> None:
