@@ -17,7 +17,6 @@ without synchronizing: what a training loop pays on the CPU side.
 from __future__ import annotations
 
 import math
-import os
 import statistics
 import time
 import warnings
@@ -240,55 +239,36 @@ def clock_up(device: torch.device, clock=sm_clock, spin=_spin_2ms, wall=time.per
 
 
 _primed: set = set()  # devices this process has primed
-# CONTEXTS contexts on device INDEX, each opened (with a little memory, as a worker's) and closed in turn: one
-# context's memory at a time
 _PRIME = """
 import ctypes, sys
 cuda = ctypes.CDLL("libcuda.so.1")
-dev, ptr = ctypes.c_int(), ctypes.c_uint64()
-ok = cuda.cuInit(0) == 0 and cuda.cuDeviceGet(ctypes.byref(dev), int(sys.argv[1])) == 0
-for _ in range(int(sys.argv[2]) if ok else 0):
-    ctx = ctypes.c_void_p()
-    ok = (cuda.cuCtxCreate_v2(ctypes.byref(ctx), 0, dev) == 0
-          and cuda.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(1024)) == 0 and cuda.cuCtxDestroy_v2(ctx) == 0)
-    if not ok:
-        break
+dev, ctx, ptr = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_uint64()
+ok = (cuda.cuInit(0) == 0 and cuda.cuDeviceGet(ctypes.byref(dev), int(sys.argv[1])) == 0
+      and cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev) == 0 and cuda.cuCtxSetCurrent(ctx) == 0
+      and cuda.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(1024)) == 0)
 sys.exit(0 if ok else 1)
 """
 
 
-def prime_contexts() -> int:
-    """How many contexts :func:`prime` opens after the process's own: POPCORN_PRIME_CONTEXTS, else 1."""
-    raw = os.environ.get("POPCORN_PRIME_CONTEXTS") or "1"
-    try:
-        return max(0, int(raw))
-    except ValueError:
-        raise ValueError(f"POPCORN_PRIME_CONTEXTS={raw!r} is not a count of contexts; set a whole number such as 12 "
-                         f"or unset it for 1") from None
-
-
 def prime(device: torch.device, timeout_s: float = 30.0) -> bool:
-    """Open and close other CUDA contexts on ``device`` (:func:`prime_contexts`, in turn) after this process's
-    own exists.
+    """Open and close one other CUDA context on ``device`` after this process's own exists.
 
     Once a second context has been created on the device after the timing process's, graph replays
-    of tiny calls run about 14% faster (medium ones 2%) for the rest of the process on an H200, even
-    after that context is gone (benchmarks/clock_probe.py --contexts; on an H100 one was not enough, run
-    12). A parallel fill's workers always see their siblings' contexts; a serial fill's lone worker primes
-    itself so both time in one state. Runs once per device and process; returns whether the helper ran
-    and succeeded (a CPU device, a second call, no contexts asked for or a failed helper skip it)."""
+    of tiny calls run about 14% faster (medium ones 2%) for the rest of the process, even after that
+    context is gone (benchmarks/clock_probe.py --contexts, H200; --opened-after, H100 in run 15: 1.47 to
+    1.29 us, and 4 or 12 contexts no further). A parallel fill's workers always see
+    their siblings' contexts; a serial fill's lone worker primes itself so both time in one state.
+    Runs once per device and process; returns whether the helper ran and succeeded (a CPU device, a
+    second call or a failed helper skip it)."""
     if device.type != "cuda" or device in _primed:
         return False
     _primed.add(device)
-    contexts = prime_contexts()
-    if not contexts:
-        return False
     import subprocess
     import sys
 
     index = device.index if device.index is not None else torch.cuda.current_device()
     try:
-        done = subprocess.run([sys.executable, "-c", _PRIME, str(index), str(contexts)], timeout=timeout_s,
+        done = subprocess.run([sys.executable, "-c", _PRIME, str(index)], timeout=timeout_s,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired):
         return False

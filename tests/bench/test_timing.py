@@ -82,20 +82,6 @@ def test_prime_is_skipped_on_cpu_and_survives_a_machine_without_a_driver():
     assert timing.prime(torch.device("cuda", 0)) is False  # once per process
 
 
-def test_the_contexts_prime_opens_come_from_the_environment(monkeypatch):
-    import pytest
-
-    from popcorn.bench import timing
-
-    monkeypatch.delenv("POPCORN_PRIME_CONTEXTS", raising=False)
-    assert timing.prime_contexts() == 1
-    monkeypatch.setenv("POPCORN_PRIME_CONTEXTS", "12")
-    assert timing.prime_contexts() == 12
-    monkeypatch.setenv("POPCORN_PRIME_CONTEXTS", "twelve")
-    with pytest.raises(ValueError, match="POPCORN_PRIME_CONTEXTS='twelve'.*whole number"):
-        timing.prime_contexts()
-
-
 def test_clock_up_spins_until_the_clock_is_up_or_stops_rising():
     import torch
 
