@@ -10,7 +10,10 @@ with 16, 112 and 1008 calls per graph replay, and beside 12 idle CUDA contexts; 
 takes to recover after busy work; and graph replays beside 0-12 idle CUDA contexts, with a
 ``timing.prime`` check (``--contexts``: that table alone). ``--capture-state``: whether a graph's replay
 time follows the contexts on the device when it was captured or while it replays (graphs captured alone,
-beside one and beside twelve idle contexts, each replayed in every later state). Prints tables.
+beside one and beside twelve idle contexts, each replayed in every later state). What sets a process's level
+(run 15): ``--opened-after`` (fresh processes before and after N contexts opened and closed), ``--beside-load``
+(a primed process beside idle contexts and busy cores), ``--placement`` (inputs allocated after 0-40 GiB of
+other tensors), ``--levels`` (eight fresh processes, alone and primed, on each NUMA node in turn). Prints tables.
 """
 
 from __future__ import annotations
@@ -57,11 +60,19 @@ def main() -> int:
                     "beside idle contexts of two kinds and beside busy CPU cores")
     ap.add_argument("--placement", action="store_true", help="only the table of a primed process's tiny call on "
                     "inputs allocated after 0-40 GiB of other tensors")
+    ap.add_argument("--levels", action="store_true", help="only the table of 8 fresh processes' tiny call, alone and "
+                    "primed, each on the cores of one NUMA node in turn")
+    ap.add_argument("--child-level", type=int, metavar="NODE", help=argparse.SUPPRESS)
     ap.add_argument("--child", nargs=2, metavar=("N", "WAY"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.opened_after:
         opened_after()
         return 0
+    if args.levels:
+        levels()
+        return 0
+    if args.child_level is not None:
+        return level_child(args.child_level)
     timer = CudaTimer(torch.device("cuda"))
     if args.beside_load:
         beside_load(timer)
@@ -230,6 +241,48 @@ def child(timer: CudaTimer, n: int, way: str) -> int:
     c = quantiles(timer.replay(after, est))[0] * 1e3
     print(f"{f'{n} contexts, {way}':<28} {a:>10.2f} {b:>10.2f} {c:>10.2f} {took:>8.2f}", flush=True)
     return 0
+
+
+def numa_nodes() -> dict[int, set[int]]:
+    """NUMA node -> its CPUs, as Linux lists them; {} where it does not."""
+    nodes = {}
+    for d in Path("/sys/devices/system/node").glob("node[0-9]*"):
+        cpus: set[int] = set()
+        for part in (d / "cpulist").read_text().strip().split(","):
+            if part:
+                a, _, b = part.partition("-")
+                cpus.update(range(int(a), int(b or a) + 1))
+        nodes[int(d.name[4:])] = cpus
+    return nodes
+
+
+def level_child(node: int) -> int:
+    """A fresh process on ``node``'s cores (-1: anywhere): its tiny call alone and after timing.prime."""
+    cpus = numa_nodes().get(node)
+    if cpus:
+        os.sched_setaffinity(0, cpus & os.sched_getaffinity(0) or cpus)
+    timer = CudaTimer(torch.device("cuda"))
+    xs = [torch.randn(4096, 64, device="cuda", dtype=torch.float16) for _ in range(16)]
+    fns = [lambda x=x: x.mul(1.0001) for x in xs]
+    est = timer._estimate(fns[0])
+    graph = timer.capture(fns, est)
+    alone = quantiles(timer.replay(graph, est))[0] * 1e3
+    prime(torch.device("cuda"))
+    time.sleep(0.5)
+    primed = quantiles(timer.replay(graph, est))[0] * 1e3
+    print(f"{node:>5} {os.sched_getcpu():>4} {min(x.data_ptr() for x in xs):>#16x} {alone:>8.2f} {primed:>8.2f}", flush=True)
+    return 0
+
+
+def levels() -> None:
+    """Run 15: fresh processes time the tiny call at one of two levels about 7% apart (1.47 or 1.57 us alone,
+    1.28 or 1.38 primed), and every serial fill's worker so far at the slow one. Eight fresh processes, each on
+    the cores of one NUMA node in turn (a graph's commands may be read from host memory near the process), with
+    where their inputs lie in device memory."""
+    nodes = sorted(numa_nodes()) or [-1]
+    print(f"\nNUMA nodes: {len(nodes)}\n{'node':>5} {'cpu':>4} {'inputs at':>16} {'alone us':>8} {'primed':>8}")
+    for i in range(8):
+        subprocess.run([sys.executable, __file__, "--child-level", str(nodes[i % len(nodes)])], timeout=60)
 
 
 def opened_after() -> None:
