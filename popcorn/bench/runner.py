@@ -40,9 +40,10 @@ IDLE_DEATHS = 3  # a worker that dies between cases is replaced; this many in a 
 # device memory a worker holds besides its case: CUDA context, compiled modules, allocator slack (1.5-2.8 GiB
 # measured per worker between small cases on an H100, run 10)
 CONTEXT_BYTES = 2 * 2**30
-# an idle worker holding more than this is stopped (a fresh one takes the next case): memory held outside the
-# allocator, which empty_cache cannot give back, grew to 7 GiB (median) and 18 GiB (max) per worker in a
-# 12-worker fill on an H100 (run 13), from 0.7 GiB at start (benchmarks/worker_memory.py)
+# an idle worker holding more than this and more than its even share of the cases' memory is stopped (a fresh one
+# takes the next case): memory held outside the allocator, which empty_cache cannot give back, grew to 7 GiB
+# (median) and 18 GiB (max) per worker in a 12-worker fill on an H100 (run 13), from 0.7 GiB at start
+# (benchmarks/worker_memory.py)
 RECYCLE_BYTES = 2 * CONTEXT_BYTES
 STALL_S = 120.0  # no row counted for this long: say on stderr what each slot waits for (a sweep's stall)
 
@@ -446,12 +447,17 @@ class Slot:
 
     def idle(self, worker: Worker) -> None:
         """``worker`` gave its case back: what it still holds on the device beyond CONTEXT_BYTES is memory
-        no case of the fill may reserve until it says otherwise; past RECYCLE_BYTES (or twice what it held
-        fresh, on a device whose context alone is that large) the worker is stopped instead."""
+        no case of the fill may reserve until it says otherwise; past RECYCLE_BYTES, twice what it held fresh (a
+        device whose context alone is that large) and its even share of the cases' memory, the worker is stopped
+        instead. Below its share, the memory is cheaper kept than a fresh worker's start and warm-ups (run 15, an
+        H100: 12 of 12 workers stopped at 4.3-4.8 GiB idle, 256 worker-seconds of starts; an H200's share for 12
+        workers is about 8 GiB)."""
         if worker.footprint is None:
             return
         self.runner.summary.footprint(self.index, worker.footprint)
-        if worker.footprint > max(RECYCLE_BYTES, 2 * (worker.fresh_footprint or 0)) and len(self.runner.slots) > 1:
+        arbiter, slots = self.runner.arbiter, len(self.runner.slots)
+        share = (arbiter.memory or 0) // slots if arbiter is not None else 0
+        if worker.footprint > max(RECYCLE_BYTES, 2 * (worker.fresh_footprint or 0), share) and slots > 1:
             self.runner.summary.recycled += 1
             self.stop_worker()  # its memory goes with it; the next case starts a fresh worker
         elif self.runner.arbiter is not None:

@@ -341,7 +341,7 @@ def test_an_idle_worker_holding_too_much_device_memory_is_stopped_and_what_it_ho
     from popcorn.bench.worker import Worker
 
     runner = _Runner(ShardSink(tmp_path / "out"), None, 2, plan(backends=["torch"]))
-    runner.arbiter = Arbiter(memory_bytes=100 * 2**30)
+    runner.arbiter = Arbiter(memory_bytes=100 * 2**30)  # an even share of 50 GiB per worker
     slot = runner.slots[0]
     slot.worker = worker = Worker(torch.device("cpu"), tmp_path / "sentinels", 0, runner.arbiter)
     try:
@@ -349,14 +349,17 @@ def test_an_idle_worker_holding_too_much_device_memory_is_stopped_and_what_it_ho
         worker.footprint = CONTEXT_BYTES + 2**30  # within the recycling bound: kept, its extra GiB not lent
         slot.idle(worker)
         assert slot.worker is worker and runner.arbiter.free() == 99 * 2**30
+        worker.footprint = RECYCLE_BYTES + 1  # past RECYCLE_BYTES, within its share of a large device: kept
+        slot.idle(worker)
+        assert slot.worker is worker and runner.summary.recycled == 0
+        runner.arbiter.memory = 6 * 2**30  # a share of 3 GiB: RECYCLE_BYTES bounds it
         worker.fresh_footprint = RECYCLE_BYTES  # a device whose context alone is that large: no recycling at once
-        worker.footprint = RECYCLE_BYTES + 1
         slot.idle(worker)
         assert slot.worker is worker and runner.summary.recycled == 0
         worker.fresh_footprint = None
         slot.idle(worker)
         assert slot.worker is None and not worker.proc.is_alive() and runner.summary.recycled == 1
-        assert runner.arbiter.free() == 100 * 2**30  # its memory went with it
+        assert runner.arbiter.free() == 6 * 2**30  # its memory went with it
         assert runner.summary.breakdown()["idle_worker_gib"][1] == round((RECYCLE_BYTES + 1) / 2**30, 2)
     finally:
         slot.stop_worker(kill=True)
