@@ -460,8 +460,8 @@ class Slot:
         if worker.footprint > max(RECYCLE_BYTES, 2 * (worker.fresh_footprint or 0), share) and slots > 1:
             self.runner.summary.recycled += 1
             self.stop_worker()  # its memory goes with it; the next case starts a fresh worker
-        elif self.runner.arbiter is not None:
-            self.runner.arbiter.beyond(self.index, max(0, worker.footprint - CONTEXT_BYTES))
+        elif arbiter is not None:
+            arbiter.beyond(self.index, max(0, worker.footprint - CONTEXT_BYTES))
 
     def measure(self, task: Task, last: bool = False) -> Record:
         """The task's row; a worker that dies before taking the task is replaced, IDLE_DEATHS times.

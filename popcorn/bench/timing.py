@@ -397,49 +397,30 @@ class CudaTimer:
 
     def replay(self, graph: "Graph", est_ms: float) -> list[float]:
         """Per-call milliseconds of ``graph``, one sample per replay."""
-        g, per_graph = graph.graph, graph.calls
-        g.replay()  # the first replay after others' work pays for its pages and clocks
-        replays = min(max(MIN_REPS, int(settings().bench_target_ms / max(est_ms * per_graph, 1e-3))), 200)
+        return self.replay_turns([graph], est_ms * graph.calls)[0]
 
-        def batch(n: int) -> list[float]:
-            starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
-            ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
-
-            def enqueue():
-                for s, e in zip(starts, ends):
-                    s.record()
-                    g.replay()
-                    e.record()
-            self._ahead(enqueue, n)
-            torch.cuda.synchronize(self.device)
-            return [s.elapsed_time(e) / per_graph for s, e in zip(starts, ends)]
-        return sampled(batch, replays)
-
-    def replay_step(self, fwd: "Graph", step: "Graph", est_ms: float) -> dict[str, list[float]]:
-        """Per-call milliseconds of the forward and step graphs, replayed by turns, and of the backward: each
-        step replay less the forward replay beside it. Per-call events (the backward's other timer) carry the
-        launch gaps of calls this short: run 14's event-timed backwards of graph-timed pairs read 1.9x the
-        graphs' step less forward, and their spread (23%) never settled, so each held the device for the
-        whole target time. ``est_ms``: the step's estimate."""
-        for g in (fwd, step):
+    def replay_turns(self, graphs: list["Graph"], round_ms: float) -> list[list[float]]:
+        """Per-call milliseconds of each of ``graphs``, replayed by turns (one sample of each per round) until
+        every one's samples settle; ``round_ms``: the estimated milliseconds of one round. By turns, a step
+        replay less the forward replay beside it is a backward sample (see :func:`_cuda_samples`)."""
+        for g in graphs:
             g.graph.replay()  # the first replay after others' work pays for its pages and clocks
-        replays = min(max(MIN_REPS, int(settings().bench_target_ms / max(est_ms * step.calls, 1e-3))), 200)
+        replays = min(max(MIN_REPS, int(settings().bench_target_ms / max(round_ms, 1e-3))), 200)
 
-        def batch(n: int) -> list[tuple[float, float]]:
-            marks = [[torch.cuda.Event(enable_timing=True) for _ in range(3)] for _ in range(n)]
+        def batch(n: int) -> list[tuple[float, ...]]:
+            marks = [[torch.cuda.Event(enable_timing=True) for _ in range(len(graphs) + 1)] for _ in range(n)]
 
             def enqueue():
-                for a, b, c in marks:
-                    a.record()
-                    fwd.graph.replay()
-                    b.record()
-                    step.graph.replay()
-                    c.record()
+                for row in marks:
+                    row[0].record()
+                    for g, end in zip(graphs, row[1:]):
+                        g.graph.replay()
+                        end.record()
             self._ahead(enqueue, n)
             torch.cuda.synchronize(self.device)
-            return [(a.elapsed_time(b) / fwd.calls, b.elapsed_time(c) / step.calls) for a, b, c in marks]
-        pairs = sampled(batch, replays, done=lambda got: all(settled([p[i] for p in got]) for i in (0, 1)))
-        return {"fwd": [f for f, _ in pairs], "step": [s for _, s in pairs], "bwd": [s - f for f, s in pairs]}
+            return [tuple(a.elapsed_time(b) / g.calls for g, a, b in zip(graphs, row, row[1:])) for row in marks]
+        rounds = sampled(batch, replays, done=lambda got: all(settled(list(col)) for col in zip(*got)))
+        return [list(col) for col in zip(*rounds)]
 
     def copies(self, arguments: dict) -> int:
         """How many input copies a graph rotates through so one round moves 3x the L2."""
@@ -571,9 +552,16 @@ def _cuda_samples(timer: CudaTimer, step: Step, pair: tuple, graphs: dict, grad:
         if graphs and est < GRAPH_BELOW_MS:
             try:
                 if grad:
-                    samples = timer.replay_step(graphs["fwd"], graphs["step"], timer._estimate(step.step))
-                    if quantiles(samples["bwd"])[0] <= 0:  # a backward lost in the noise: its own events say
-                        del samples["bwd"]
+                    # by turns: each step replay less the forward beside it is a backward sample. Per-call events
+                    # carry the launch gaps of calls this short: run 14's event-timed backwards of graph-timed
+                    # pairs read 1.9x the step less the forward, and their spread (23%) never settled, so each
+                    # held the device for the whole target time
+                    fwd, stp = graphs["fwd"], graphs["step"]
+                    samples["fwd"], samples["step"] = timer.replay_turns(
+                        [fwd, stp], est * fwd.calls + timer._estimate(step.step) * stp.calls)
+                    bwd = [b - a for a, b in zip(samples["fwd"], samples["step"])]
+                    if quantiles(bwd)[0] > 0:  # else a backward lost in the noise: its own events say
+                        samples["bwd"] = bwd
                 else:
                     samples["fwd"] = timer.replay(graphs["fwd"], est)
                 name = "cuda-graph"
