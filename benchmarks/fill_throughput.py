@@ -79,21 +79,20 @@ def by_worker(a: dict, p: dict, workers: dict, column: str) -> list[str]:
     """Parallel over serial ``column`` per parallel worker, in its start order: whether a worker's state (the
     CUDA contexts opened before and after its own) sets how fast it times, rather than the case."""
     out: dict = {}
-    for key, r in a.items():
-        o = p.get(key)
-        if o is not None and r.status == o.status == "pass" and getattr(r, column, None) and getattr(o, column, None):
-            out.setdefault(workers.get(key, 0), []).append(getattr(o, column) / getattr(r, column))
+    for key, ratio in ratios(a, p, column).items():
+        out.setdefault(workers.get(key, 0), []).append(ratio)
     return [f"worker started #{w:<3} {len(rs):>3} pairs  median {statistics.median(rs):.3f}  "
             f"[{min(rs):.3f}-{max(rs):.3f}]" for w, rs in sorted(out.items())]
 
 
-def ratios(base: dict, other: dict, column: str) -> list[float]:
-    out = []
+def ratios(base: dict, other: dict, column: str) -> dict:
+    """Pair -> ``other``'s ``column`` over ``base``'s, for the pairs both passed and timed."""
+    out = {}
     for key, r in base.items():
         o = other.get(key)
         a, b = getattr(r, column, None), getattr(o, column, None) if o is not None else None
         if a and b and r.status == o.status == "pass":
-            out.append(b / a)
+            out[key] = b / a
     return out
 
 
@@ -224,8 +223,8 @@ def main() -> int:
         p = done(one_fill(args.ops, args.agree_limit, args.workers, args.trials, root, f"agree-parallel-{args.workers}",
                           args.agree_timeout))
         for column in ("fwd_ms", "step_ms", "host_us"):
-            agreement[column] = {"serial repeat / serial": spread(ratios(a["rows"], b["rows"], column)),
-                                 "parallel / serial": spread(ratios(a["rows"], p["rows"], column))}
+            agreement[column] = {"serial repeat / serial": spread(list(ratios(a["rows"], b["rows"], column).values())),
+                                 "parallel / serial": spread(list(ratios(a["rows"], p["rows"], column).values()))}
         for column, sides in agreement.items():
             print(f"\n{column}: ratio to the first serial run, per pair timed in every run")
             for name, sp in sides.items():
