@@ -39,6 +39,12 @@ def clocks() -> tuple[int, int] | None:
     return sm_clock(torch.device("cuda", torch.cuda.current_device()))
 
 
+def tiny_calls() -> tuple[list, list]:
+    """16 inputs of the tiny call (a 4096x64 fp16 mul, 1-2 us) and a call on each, for a graph to rotate through."""
+    xs = [torch.randn(4096, 64, device="cuda", dtype=torch.float16) for _ in range(16)]
+    return xs, [lambda x=x: x.mul(1.0001) for x in xs]
+
+
 def busy(seconds: float) -> None:
     a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
     t0 = time.perf_counter()
@@ -165,8 +171,7 @@ def capture_state(timer: CudaTimer) -> None:
     before: it could not tell a state fixed when a graph is captured from one read while it replays. Here
     graph A is captured alone, B beside one idle context, C beside twelve, D alone again after they exit;
     every graph captured so far is replayed in each state."""
-    xs = [torch.randn(4096, 64, device="cuda", dtype=torch.float16) for _ in range(16)]
-    fns = [lambda x=x: x.mul(1.0001) for x in xs]
+    _, fns = tiny_calls()
     est = timer._estimate(fns[0])
     graphs: dict = {}
     idle: list = []
@@ -229,8 +234,7 @@ def open_contexts(n: int, way: str) -> float:
 def child(timer: CudaTimer, n: int, way: str) -> int:
     """In a fresh process: the tiny call timed alone, then after ``n`` contexts opened and closed (graph captured
     before, and one captured after)."""
-    xs = [torch.randn(4096, 64, device="cuda", dtype=torch.float16) for _ in range(16)]
-    fns = [lambda x=x: x.mul(1.0001) for x in xs]
+    _, fns = tiny_calls()
     est = timer._estimate(fns[0])
     before = timer.capture(fns, est)
     a = quantiles(timer.replay(before, est))[0] * 1e3
@@ -262,8 +266,7 @@ def level_child(node: int) -> int:
     if cpus:
         os.sched_setaffinity(0, cpus & os.sched_getaffinity(0) or cpus)
     timer = CudaTimer(torch.device("cuda"))
-    xs = [torch.randn(4096, 64, device="cuda", dtype=torch.float16) for _ in range(16)]
-    fns = [lambda x=x: x.mul(1.0001) for x in xs]
+    xs, fns = tiny_calls()
     est = timer._estimate(fns[0])
     graph = timer.capture(fns, est)
     alone = quantiles(timer.replay(graph, est))[0] * 1e3
@@ -303,8 +306,7 @@ def beside_load(timer: CudaTimer) -> None:
     taken out again) still timed tiny calls 12-19% slower than a 12-worker fill. What else a parallel fill's timing has beside
     it: contexts of processes that imported torch (run 12's 12 idle ones: 1.25 against 1.38 us), and busy
     CPU cores with the timing thread pinned to a kept one (lane.keep_a_core_for_timing)."""
-    xs = [torch.randn(4096, 64, device="cuda", dtype=torch.float16) for _ in range(16)]
-    fns = [lambda x=x: x.mul(1.0001) for x in xs]
+    _, fns = tiny_calls()
     est = timer._estimate(fns[0])
     graph = timer.capture(fns, est)
     prime(torch.device("cuda"))
@@ -357,8 +359,7 @@ def placement(timer: CudaTimer) -> None:
     for gib in (0, 2, 8, 40, 0):
         if gib:
             held.append(torch.empty(gib * 2**30, dtype=torch.uint8, device="cuda"))
-        xs = [torch.randn(4096, 64, device="cuda", dtype=torch.float16) for _ in range(16)]
-        fns = [lambda x=x: x.mul(1.0001) for x in xs]
+        xs, fns = tiny_calls()
         est = timer._estimate(fns[0])
         graph = timer.capture(fns, est)
         med, q20, q80 = quantiles(timer.replay(graph, est))
@@ -373,8 +374,7 @@ def recovery(timer: CudaTimer) -> None:
     """How long the clock takes to come back after busy work: one replay of the tiny call (about 0.2 ms,
     too short to warm anything) after a second of matmuls and then DELAY ms idle, five times each. The
     delay after which it times as after a long idle is the settle a timed hold needs."""
-    xs = [torch.randn(4096, 64, device="cuda", dtype=torch.float16) for _ in range(16)]
-    fns = [lambda x=x: x.mul(1.0001) for x in xs]
+    _, fns = tiny_calls()
     graph = timer.capture(fns, 1.0 / 112)
     print(f"\n{'tiny call after 1 s busy, then idle':<44} {'clock MHz':>10} {'median us':>10} {'min-max us':>14}")
     for delay_ms in (0, 1, 3, 10, 30, 100, 300, 1000):
@@ -400,8 +400,7 @@ def suspects(timer: CudaTimer) -> None:
     """The tiny call again under the two other differences between a serial and a parallel fill: how
     many calls one replay makes (sized from an estimate taken beside other workers' trials, which
     reads high), and other processes holding CUDA contexts on the device while it times."""
-    xs = [torch.randn(4096, 64, device="cuda", dtype=torch.float16) for _ in range(16)]
-    fns = [lambda x=x: x.mul(1.0001) for x in xs]
+    _, fns = tiny_calls()
     print(f"\n{'tiny call, variant':<44} {'median us':>10} {'q20-q80 us':>14}")
     for calls in (16, 112, 1008):  # est so that capture() unrolls this many calls
         graph = timer.capture(fns, 1.0 / calls)
