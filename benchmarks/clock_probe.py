@@ -13,7 +13,7 @@ time follows the contexts on the device when it was captured or while it replays
 beside one and beside twelve idle contexts, each replayed in every later state). What sets a process's level
 (run 15): ``--opened-after`` (fresh processes before and after N contexts opened and closed), ``--beside-load``
 (a primed process beside idle contexts and busy cores), ``--placement`` (inputs allocated after 0-40 GiB of
-other tensors), ``--levels`` (eight fresh processes, alone and primed, on each NUMA node in turn). Prints tables.
+other tensors), ``--streams`` (the default stream and new ones), ``--levels`` (twelve fresh processes, alone and primed, on each NUMA node in turn). Prints tables.
 """
 
 from __future__ import annotations
@@ -66,8 +66,10 @@ def main() -> int:
                     "beside idle contexts of two kinds and beside busy CPU cores")
     ap.add_argument("--placement", action="store_true", help="only the table of a primed process's tiny call on "
                     "inputs allocated after 0-40 GiB of other tensors")
-    ap.add_argument("--levels", action="store_true", help="only the table of 8 fresh processes' tiny call, alone and "
+    ap.add_argument("--levels", action="store_true", help="only the table of 12 fresh processes' tiny call, alone and "
                     "primed, each on the cores of one NUMA node in turn")
+    ap.add_argument("--streams", action="store_true", help="only the table of a primed process's tiny call "
+                    "replayed on its default stream and on new streams of each priority")
     ap.add_argument("--child-level", type=int, metavar="NODE", help=argparse.SUPPRESS)
     ap.add_argument("--child", nargs=2, metavar=("N", "WAY"), help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -85,6 +87,9 @@ def main() -> int:
         return 0
     if args.placement:
         placement(timer)
+        return 0
+    if args.streams:
+        streams(timer)
         return 0
     if args.child:
         return child(timer, int(args.child[0]), args.child[1])
@@ -260,6 +265,16 @@ def numa_nodes() -> dict[int, set[int]]:
     return nodes
 
 
+def gpu_node() -> int | None:
+    """The NUMA node of the PCI bus the GPU sits on (Linux's sysfs); None where it does not say."""
+    try:
+        bus = subprocess.run(["nvidia-smi", "--query-gpu=pci.bus_id", "--format=csv,noheader", "-i", "0"],
+                             capture_output=True, text=True, timeout=30).stdout.strip().lower()
+        return int(Path(f"/sys/bus/pci/devices/{bus[-12:]}/numa_node").read_text())
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return None
+
+
 def level_child(node: int) -> int:
     """A fresh process on ``node``'s cores (-1: anywhere): its tiny call alone and after timing.prime."""
     cpus = numa_nodes().get(node)
@@ -280,12 +295,13 @@ def level_child(node: int) -> int:
 
 def levels() -> None:
     """Run 15: fresh processes time the tiny call at one of two levels about 7% apart (1.47 or 1.57 us alone,
-    1.28 or 1.38 primed), and every serial fill's worker so far at the slow one. Eight fresh processes, each on
+    1.28 or 1.38 primed), and every serial fill's worker so far at the slow one. Twelve fresh processes, each on
     the cores of one NUMA node in turn (a graph's commands may be read from host memory near the process), with
     where their inputs lie in device memory."""
     nodes = sorted(numa_nodes()) or [-1]
-    print(f"\nNUMA nodes: {len(nodes)}\n{'node':>5} {'cpu':>4} {'inputs at':>16} {'alone us':>8} {'primed':>8}")
-    for i in range(8):
+    print(f"\nNUMA nodes: {len(nodes)}, the GPU's: {gpu_node()}\n"
+          f"{'node':>5} {'cpu':>4} {'inputs at':>16} {'alone us':>8} {'primed':>8}")
+    for i in range(12):
         subprocess.run([sys.executable, __file__, "--child-level", str(nodes[i % len(nodes)])], timeout=60)
 
 
@@ -368,6 +384,30 @@ def placement(timer: CudaTimer) -> None:
               f"{med * 1e3:>8.2f} {q20 * 1e3:>6.2f}-{q80 * 1e3:<6.2f}", flush=True)
         graph.reset()
     held.clear()
+
+
+def streams(timer: CudaTimer) -> None:
+    """Whether a process's level (run 15: about 7% apart, fixed at its start) belongs to the process or to the
+    stream its work is submitted on (each stream may get its own hardware channel): the same graph replayed
+    on the default stream and on new streams of low and high priority, by turns, twice."""
+    prime(torch.device("cuda"))
+    xs, fns = tiny_calls()
+    est = timer._estimate(fns[0])
+    graph = timer.capture(fns, est)
+    lo, hi = torch.cuda.Stream.priority_range() if hasattr(torch.cuda.Stream, "priority_range") else (0, -1)
+    made = [("default", torch.cuda.current_stream())]
+    made += [(f"new {i}, priority {p}", torch.cuda.Stream(priority=p)) for i in range(4) for p in (lo, hi)]
+    print(f"\n{'tiny call (us), primed, replayed on':<36} {'median':>8} {'q20-q80':>14} {'again':>8}")
+    for label, stream in made:
+        got = []
+        for _ in range(2):
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                got.append(quantiles(timer.replay(graph, est)))
+            torch.cuda.current_stream().wait_stream(stream)
+        (med, q20, q80), again = got[0], got[1][0]
+        print(f"{label:<36} {med * 1e3:>8.2f} {q20 * 1e3:>6.2f}-{q80 * 1e3:<6.2f} {again * 1e3:>8.2f}", flush=True)
+    graph.reset()
 
 
 def recovery(timer: CudaTimer) -> None:
