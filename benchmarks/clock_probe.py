@@ -13,7 +13,9 @@ time follows the contexts on the device when it was captured or while it replays
 beside one and beside twelve idle contexts, each replayed in every later state). What sets a process's level
 (run 15): ``--opened-after`` (fresh processes before and after N contexts opened and closed), ``--beside-load``
 (a primed process beside idle contexts and busy cores), ``--placement`` (inputs allocated after 0-40 GiB of
-other tensors), ``--streams`` (the default stream and new ones), ``--levels`` (twelve fresh processes, alone and primed, on each NUMA node in turn). Prints tables.
+other tensors), ``--streams`` (the default stream and new ones), ``--decay S`` (a primed process for S
+seconds of nothing else, then after another's device work, then after a context opened), ``--levels`` (twelve
+fresh processes, alone and primed, on each NUMA node in turn). Prints tables.
 """
 
 from __future__ import annotations
@@ -70,6 +72,9 @@ def main() -> int:
                     "primed, each on the cores of one NUMA node in turn")
     ap.add_argument("--streams", action="store_true", help="only the table of a primed process's tiny call "
                     "replayed on its default stream and on new streams of each priority")
+    ap.add_argument("--decay", type=float, metavar="S", help="only the table of a primed process's tiny call "
+                    "every 5 s for S s of nothing else, then after another process's device work and after a "
+                    "context opened")
     ap.add_argument("--child-level", type=int, metavar="NODE", help=argparse.SUPPRESS)
     ap.add_argument("--child", nargs=2, metavar=("N", "WAY"), help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -90,6 +95,9 @@ def main() -> int:
         return 0
     if args.streams:
         streams(timer)
+        return 0
+    if args.decay:
+        decay(timer, args.decay)
         return 0
     if args.child:
         return child(timer, int(args.child[0]), args.child[1])
@@ -407,6 +415,57 @@ def streams(timer: CudaTimer) -> None:
             torch.cuda.current_stream().wait_stream(stream)
         (med, q20, q80), again = got[0], got[1][0]
         print(f"{label:<36} {med * 1e3:>8.2f} {q20 * 1e3:>6.2f}-{q80 * 1e3:<6.2f} {again * 1e3:>8.2f}", flush=True)
+    graph.reset()
+
+
+_BUSY = """
+import sys, time, torch
+a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+print("ready", flush=True)
+for line in sys.stdin:
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < float(line):
+        for _ in range(20):
+            a @ a
+        torch.cuda.synchronize()
+    print("done", flush=True)
+"""
+
+
+def decay(timer: CudaTimer, seconds: float, every: float = 5.0) -> None:
+    """Run 15's agreement rows (rms_norm, one row, fp32): within one parallel worker and one case, torch and
+    compile timed 12-15% faster than in a serial fill, fla and liger as serially, seconds apart; so the fast
+    state is not the process's for good. Whether it fades with time, and what brings it back: a primed
+    process (a helper holding its own context opened after it) times the tiny call every ``every`` seconds
+    for ``seconds`` of nothing else; then right after the helper has kept the device busy for 2 s (another
+    process's work, no context opened); then right after one more context is opened and closed."""
+    prime(torch.device("cuda"))
+    helper = subprocess.Popen([sys.executable, "-c", _BUSY], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True)
+    helper.stdout.readline()
+    xs, fns = tiny_calls()
+    est = timer._estimate(fns[0])
+    graph = timer.capture(fns, est)
+    print(f"\n{'tiny call (us), primed':<40} {'median':>8} {'q20-q80':>14}")
+
+    def rows(label: str, n: int) -> None:
+        t0 = time.perf_counter()
+        for i in range(n):
+            med, q20, q80 = quantiles(timer.replay(graph, est))
+            print(f"{f'{label}, {time.perf_counter() - t0:5.1f} s after':<40} {med * 1e3:>8.2f} "
+                  f"{q20 * 1e3:>6.2f}-{q80 * 1e3:<6.2f}", flush=True)
+            if i < n - 1:
+                time.sleep(every)
+
+    rows("the helper's context opened", max(1, int(seconds / every)))
+    helper.stdin.write("2\n")
+    helper.stdin.flush()
+    helper.stdout.readline()
+    rows("the helper busy for 2 s", 3)
+    took = open_contexts(1, "many")
+    rows(f"one more context opened ({took:.1f} s)", 3)
+    helper.stdin.close()
+    helper.wait(timeout=30)
     graph.reset()
 
 
