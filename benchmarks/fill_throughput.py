@@ -9,8 +9,10 @@
 2. The agreement check, on the ``--agree-limit`` sample: a serial fill, a second serial fill (the
    run-to-run spread) and a parallel fill of the same cases. Per pair timed in all three, the ratio of
    each run's forward (and step) median to the first serial run's; parallel timings agree when their
-   ratios spread no wider than the serial repeat's. It runs after the throughput run (a device time limit
-   then cuts the check, not the headline), each pair under ``--agree-timeout``.
+   ratios spread no wider than the serial repeat's. Beside it, not part of the check: each backend's time over
+   the reference's on the same case in the same run (what dispatch ranks by), parallel and repeat against
+   the first serial run. It runs after the throughput run (a device time limit then cuts the check, not the
+   headline), each pair under ``--agree-timeout``.
 
 Every fill writes to a fresh shard directory (no row is reused); ``--again`` repeats the throughput run with
 the compile caches that the first one left. Prints tables, per backend the worker
@@ -39,6 +41,7 @@ from popcorn.bench.fill import fill  # noqa: E402
 from popcorn.bench.sinks import ShardSink  # noqa: E402
 from popcorn.bench.summary import lane_states  # noqa: E402
 from popcorn.kernels import OPS  # noqa: E402
+from popcorn.schema import REFERENCE  # noqa: E402
 
 
 class Quiet:
@@ -93,6 +96,19 @@ def ratios(base: dict, other: dict, column: str) -> dict:
         a, b = getattr(r, column, None), getattr(o, column, None) if o is not None else None
         if a and b and r.status == o.status == "pass":
             out[key] = b / a
+    return out
+
+
+def speedups(rows: dict, column: str) -> dict:
+    """Pair -> its ``column`` over the reference's on the same case in the same run (what dispatch ranks by),
+    for the backends' pairs that passed and were timed beside a passing reference."""
+    out = {}
+    for (op, impl, case, grad), r in rows.items():
+        ref = rows.get((op, REFERENCE, case, grad))
+        if impl != REFERENCE and ref is not None and r.status == ref.status == "pass":
+            a, b = getattr(r, column, None), getattr(ref, column, None)
+            if a and b:
+                out[(op, impl, case, grad)] = a / b
     return out
 
 
@@ -225,11 +241,16 @@ def main() -> int:
         for column in ("fwd_ms", "step_ms", "host_us"):
             agreement[column] = {"serial repeat / serial": spread(list(ratios(a["rows"], b["rows"], column).values())),
                                  "parallel / serial": spread(list(ratios(a["rows"], p["rows"], column).values()))}
+            if column != "host_us":  # the time over the reference's, one case in one run: what dispatch ranks by
+                sa, sb, sp = (speedups(r["rows"], column) for r in (a, b, p))
+                agreement[column] |= {
+                    f"over {REFERENCE}: repeat / serial": spread([sb[k] / v for k, v in sa.items() if k in sb]),
+                    f"over {REFERENCE}: parallel / serial": spread([sp[k] / v for k, v in sa.items() if k in sp])}
         for column, sides in agreement.items():
             print(f"\n{column}: ratio to the first serial run, per pair timed in every run")
             for name, sp in sides.items():
-                print(f"  {name:<24} {sp}")
-            rep, par = sides["serial repeat / serial"], sides["parallel / serial"]
+                print(f"  {name:<34} {sp}")
+            rep, par = sides["serial repeat / serial"], sides["parallel / serial"]  # the check is on the times
             if rep.get("n") and par.get("n"):
                 # parallel timings agree when their typical deviation from serial ones is within the
                 # deviation a second serial run shows for most pairs (floor: 2%)
