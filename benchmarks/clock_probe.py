@@ -31,7 +31,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from popcorn.bench.timing import CudaTimer, prime, quantiles, sm_clock  # noqa: E402
+from popcorn.bench.timing import CudaTimer, _nvml_of, prime, quantiles, sm_clock  # noqa: E402
 
 IDLE_S = 3.0
 
@@ -39,6 +39,24 @@ IDLE_S = 3.0
 def clocks() -> tuple[int, int] | None:
     """(current, max) SM clock in MHz through NVML; None where NVML cannot say."""
     return sm_clock(torch.device("cuda", torch.cuda.current_device()))
+
+
+def device_state() -> str:
+    """The clocks NVML reports (SM, memory, graphics, video in MHz), the performance state and the clock event
+    reasons (a bit mask: idle, power cap, thermal...): what a binary fast/slow state might be; '-' without NVML."""
+    got = _nvml_of(torch.device("cuda", torch.cuda.current_device()))
+    if got is None:
+        return "-"
+    nvml, handle, _ = got
+    try:
+        mhz = [nvml.nvmlDeviceGetClockInfo(handle, c) for c in (nvml.NVML_CLOCK_SM, nvml.NVML_CLOCK_MEM,
+                                                                 nvml.NVML_CLOCK_GRAPHICS, nvml.NVML_CLOCK_VIDEO)]
+        reasons = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons",
+                          getattr(nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None))
+        return (f"{'/'.join(map(str, mhz))} P{nvml.nvmlDeviceGetPerformanceState(handle)} "
+                f"{reasons(handle) if reasons else 0:#x}")
+    except Exception as e:  # noqa: BLE001 - a query this driver lacks
+        return f"({type(e).__name__})"
 
 
 def tiny_calls() -> tuple[list, list]:
@@ -446,14 +464,15 @@ def decay(timer: CudaTimer, seconds: float, every: float = 5.0) -> None:
     xs, fns = tiny_calls()
     est = timer._estimate(fns[0])
     graph = timer.capture(fns, est)
-    print(f"\n{'tiny call (us), primed':<40} {'median':>8} {'q20-q80':>14}")
+    print(f"\n{'tiny call (us), primed':<40} {'median':>8} {'q20-q80':>14}  after it: SM/mem/gfx/video MHz, "
+          "P-state, clock event reasons")
 
     def rows(label: str, n: int) -> None:
         t0 = time.perf_counter()
         for i in range(n):
             med, q20, q80 = quantiles(timer.replay(graph, est))
             print(f"{f'{label}, {time.perf_counter() - t0:5.1f} s after':<40} {med * 1e3:>8.2f} "
-                  f"{q20 * 1e3:>6.2f}-{q80 * 1e3:<6.2f}", flush=True)
+                  f"{q20 * 1e3:>6.2f}-{q80 * 1e3:<6.2f}  {device_state()}", flush=True)
             if i < n - 1:
                 time.sleep(every)
 
