@@ -268,8 +268,9 @@ def prime(device: torch.device, timeout_s: float = 30.0) -> bool:
 
     index = device.index if device.index is not None else torch.cuda.current_device()
     try:
-        done = subprocess.run([sys.executable, "-c", _PRIME, str(index)], timeout=timeout_s,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        with lane.hold(lane.SHARED):  # opening a context is device work: never beside another worker's timing
+            done = subprocess.run([sys.executable, "-c", _PRIME, str(index)], timeout=timeout_s,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired):
         return False
     return done.returncode == 0

@@ -29,6 +29,7 @@ from popcorn.core.inputs import make_inputs
 from popcorn.schema import REFERENCE
 
 from . import device_lane, lane, timing
+from .arbiter import Closed
 from .api import _record, run_case
 from .compare import Result, Truth, describe, free_memory, is_oom, reference_trial
 from .record import CRASH, ERROR, OOM, SENTINEL_REASON, SKIP, Record
@@ -184,7 +185,8 @@ def serve(conn, sentinel: str, device: str, lanes: bool = False, compile_threads
         lane.connect(conn, device_lane.for_device(dev) if shared_lanes else None)
         if dev.type == "cuda":
             lane.guard_autotuning()
-    probe(dev)
+    with lane.hold(lane.SHARED):  # the CUDA context opens here: device work, never beside another worker's timing
+        probe(dev)
     try:
         conn.send(("ready", os.getpid(), footprint(dev)))
     except (BrokenPipeError, EOFError):  # the fill ended (Ctrl-C) while this worker was starting
@@ -229,11 +231,17 @@ class Worker:
         t0 = time.monotonic()
         self.proc.start()
         child.close()
-        ready = self.conn.recv() if self.conn.poll(600) else None
+        try:
+            ready = self._reply(600)  # its context opens in a shared hold, asked for meanwhile
+        except TimeoutError:
+            ready = None
+        except BaseException:  # it died starting (EOFError), or the fill stops while it waits for the lane
+            self.kill()
+            raise
         if not (isinstance(ready, tuple) and ready[0] == "ready"):
             self.kill()
             raise RuntimeError("the fill worker did not start within 600 s")
-        self.startup_s = time.monotonic() - t0  # spawn, imports, CUDA context: what a fresh worker costs
+        self.startup_s = time.monotonic() - t0  # spawn, imports, the lane, CUDA context: what a fresh worker costs
         self.fresh_footprint: int | None = ready[2]  # device bytes the process held before its first task
         self.footprint: int | None = None  # device bytes the process held after its last task or release
 
@@ -242,6 +250,12 @@ class Worker:
         Time spent waiting for a lane, this fill's or another's on the device, is not the task's: the
         watchdog pauses meanwhile."""
         self.conn.send(task)
+        row, ok, phases, self.footprint = self._reply(timeout)
+        return row, ok, phases
+
+    def _reply(self, timeout: float):
+        """The worker's next message other than a lane request, answering those meanwhile; the waits for
+        a lane do not count against ``timeout``. Raises TimeoutError / EOFError (the worker died)."""
         left = timeout
         while True:
             t0 = time.monotonic()
@@ -250,8 +264,7 @@ class Worker:
             message = self.conn.recv()
             left -= time.monotonic() - t0
             if not (isinstance(message, tuple) and message and message[0] == "lane"):
-                row, ok, phases, self.footprint = message
-                return row, ok, phases
+                return message
             if message[1] == lane.RELEASE:
                 if self.arbiter is not None:
                     self.arbiter.release(self.slot)
@@ -297,6 +310,13 @@ class Worker:
             self.arbiter.drop(self.slot)
 
     def close(self) -> None:
+        """Let the worker leave; in a parallel fill in a shared hold of its slot (its context is torn down:
+        device work, never beside another worker's timing), which :meth:`kill` drops."""
+        if self.arbiter is not None:
+            try:
+                self.arbiter.acquire(self.slot, lane.SHARED)
+            except Closed:  # the fill is stopping: nothing is timed any more
+                pass
         try:
             self.conn.send(None)
             self.proc.join(10)

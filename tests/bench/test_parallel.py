@@ -169,6 +169,40 @@ def test_the_arbiter_keeps_timing_alone_and_frees_what_a_dead_worker_held():
     assert late.wait(10) and arbiter.busy() >= 0.05
 
 
+def _waits_for_a_shared_hold(arbiter, thread, seconds: float = 300) -> bool:
+    deadline = time.monotonic() + seconds
+    while not arbiter._shared_waiting and thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return bool(arbiter._shared_waiting) and thread.is_alive()
+
+
+def test_a_worker_opens_and_tears_down_its_context_in_a_shared_hold_never_beside_a_timing(tmp_path):
+    # opening a CUDA context (a fresh worker's first device call) and tearing it down (an idle worker stopped)
+    # is device work, which another worker's timing must not have beside it
+    import torch
+
+    from popcorn.bench.worker import Worker
+
+    arbiter = Arbiter()
+    arbiter.acquire(0, EXCLUSIVE)  # slot 0's worker times
+    made: dict = {}
+    start = threading.Thread(target=lambda: made.setdefault("worker", Worker(torch.device("cpu"), tmp_path, 1, arbiter)))
+    start.start()
+    assert _waits_for_a_shared_hold(arbiter, start)  # the fresh worker is not ready: it waits to open its context
+    arbiter.release(0)
+    start.join(300)
+    worker = made["worker"]
+    assert worker.proc.is_alive() and worker.fresh_footprint is None  # ready (no device bytes on CPU)
+    assert not arbiter._shared.get(1)  # the startup's hold ended with the startup
+    arbiter.acquire(0, EXCLUSIVE)
+    stop = threading.Thread(target=worker.close)
+    stop.start()
+    assert _waits_for_a_shared_hold(arbiter, stop) and worker.proc.is_alive()  # it leaves once the timing ends
+    arbiter.release(0)
+    stop.join(60)
+    assert not stop.is_alive() and not worker.proc.is_alive() and not arbiter._shared.get(1)
+
+
 def test_the_arbiter_counts_the_seconds_its_lanes_spend_in_each_state(monkeypatch):
     # whether a fill's device work or its workers limit it: exclusive, shared (and how many at once), free
     from popcorn.bench import arbiter as arbiter_module
