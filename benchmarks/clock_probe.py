@@ -65,6 +65,13 @@ def tiny_calls() -> tuple[list, list]:
     return xs, [lambda x=x: x.mul(1.0001) for x in xs]
 
 
+def tiny_graph(timer: CudaTimer) -> tuple[list, float, object]:
+    """The tiny call's inputs, its estimated milliseconds and a graph of it captured for ``timer`` to replay."""
+    xs, fns = tiny_calls()
+    est = timer._estimate(fns[0])
+    return xs, est, timer.capture(fns, est)
+
+
 def busy(seconds: float) -> None:
     a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
     t0 = time.perf_counter()
@@ -105,23 +112,13 @@ def main() -> int:
     if args.child_level is not None:
         return level_child(args.child_level)
     timer = CudaTimer(torch.device("cuda"))
-    if args.beside_load:
-        beside_load(timer)
-        return 0
-    if args.placement:
-        placement(timer)
-        return 0
-    if args.streams:
-        streams(timer)
-        return 0
-    if args.decay:
-        decay(timer, args.decay)
-        return 0
     if args.child:
         return child(timer, int(args.child[0]), args.child[1])
-    if args.capture_state:
-        capture_state(timer)
-        return 0
+    for chosen, table in ((args.beside_load, beside_load), (args.placement, placement), (args.streams, streams),
+                          (args.decay, lambda t: decay(t, args.decay)), (args.capture_state, capture_state)):
+        if chosen:
+            table(timer)
+            return 0
     if args.contexts or args.suspects:
         if args.suspects:
             suspects(timer)
@@ -307,9 +304,7 @@ def level_child(node: int) -> int:
     if cpus:
         os.sched_setaffinity(0, cpus & os.sched_getaffinity(0) or cpus)
     timer = CudaTimer(torch.device("cuda"))
-    xs, fns = tiny_calls()
-    est = timer._estimate(fns[0])
-    graph = timer.capture(fns, est)
+    xs, est, graph = tiny_graph(timer)
     alone = quantiles(timer.replay(graph, est))[0] * 1e3
     prime(torch.device("cuda"))
     time.sleep(0.5)
@@ -348,9 +343,7 @@ def beside_load(timer: CudaTimer) -> None:
     taken out again) still timed tiny calls 12-19% slower than a 12-worker fill. What else a parallel fill's timing has beside
     it: contexts of processes that imported torch (run 12's 12 idle ones: 1.25 against 1.38 us), and busy
     CPU cores with the timing thread pinned to a kept one (lane.keep_a_core_for_timing)."""
-    _, fns = tiny_calls()
-    est = timer._estimate(fns[0])
-    graph = timer.capture(fns, est)
+    _, est, graph = tiny_graph(timer)
     prime(torch.device("cuda"))
     print(f"\n{'tiny call (us), primed, beside':<44} {'median':>8} {'q20-q80':>14}")
 
@@ -401,9 +394,7 @@ def placement(timer: CudaTimer) -> None:
     for gib in (0, 2, 8, 40, 0):
         if gib:
             held.append(torch.empty(gib * 2**30, dtype=torch.uint8, device="cuda"))
-        xs, fns = tiny_calls()
-        est = timer._estimate(fns[0])
-        graph = timer.capture(fns, est)
+        xs, est, graph = tiny_graph(timer)
         med, q20, q80 = quantiles(timer.replay(graph, est))
         where = min(x.data_ptr() for x in xs)
         print(f"{f'{sum(h.numel() for h in held) / 2**30:.0f} GiB held, inputs at {where:#x}':<44} "
@@ -417,9 +408,7 @@ def streams(timer: CudaTimer) -> None:
     stream its work is submitted on (each stream may get its own hardware channel): the same graph replayed
     on the default stream and on new streams of low and high priority, by turns, twice."""
     prime(torch.device("cuda"))
-    xs, fns = tiny_calls()
-    est = timer._estimate(fns[0])
-    graph = timer.capture(fns, est)
+    _, est, graph = tiny_graph(timer)
     lo, hi = torch.cuda.Stream.priority_range() if hasattr(torch.cuda.Stream, "priority_range") else (0, -1)
     made = [("default", torch.cuda.current_stream())]
     made += [(f"new {i}, priority {p}", torch.cuda.Stream(priority=p)) for i in range(4) for p in (lo, hi)]
@@ -461,9 +450,7 @@ def decay(timer: CudaTimer, seconds: float, every: float = 5.0) -> None:
     helper = subprocess.Popen([sys.executable, "-c", _BUSY], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               text=True)
     helper.stdout.readline()
-    xs, fns = tiny_calls()
-    est = timer._estimate(fns[0])
-    graph = timer.capture(fns, est)
+    _, est, graph = tiny_graph(timer)
     print(f"\n{'tiny call (us), primed':<40} {'median':>8} {'q20-q80':>14}  after it: SM/mem/gfx/video MHz, "
           "P-state, clock event reasons")
 
