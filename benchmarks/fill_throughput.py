@@ -99,6 +99,28 @@ def ratios(base: dict, other: dict, column: str) -> dict:
     return out
 
 
+def by_canary(a: dict, p: dict, column: str, like: float = 0.05) -> list[str]:
+    """Parallel over serial ``column`` split by the two rows' canaries (``canary_us``, timed in the same hold as
+    the samples): whether a pair's disagreement is the device state it was timed in (like states: canaries within
+    ``like``), not the fill that timed it. Each run's canaries first: how many states a run timed in."""
+    lines = []
+    for label, rows in (("serial", a), ("parallel", p)):
+        cs = sorted(r.canary_us for r in rows.values() if r.canary_us)
+        if cs:
+            q = statistics.quantiles(cs, n=10, method="inclusive") if len(cs) > 1 else [cs[0]] * 9
+            lines.append(f"{label} canaries (us): n {len(cs)}  min {cs[0]:.3f}  q10 {q[0]:.3f}  median "
+                         f"{statistics.median(cs):.3f}  q90 {q[8]:.3f}  max {cs[-1]:.3f}")
+    out: dict = {}
+    for key, ratio in ratios(a, p, column).items():
+        ca, cp = a[key].canary_us, p[key].canary_us
+        state = ("no canary" if not (ca and cp) else "like states" if abs(math.log(cp / ca)) <= like
+                 else "parallel's canary faster" if cp < ca else "parallel's canary slower")
+        out.setdefault(state, []).append(ratio)
+    for state, rs in sorted(out.items()):
+        lines.append(f"{state:<26} {len(rs):>4} pairs  {column} parallel / serial {spread(rs)}")
+    return lines
+
+
 def speedups(rows: dict, column: str) -> dict:
     """Pair -> its ``column`` over the reference's on the same case in the same run (what dispatch ranks by),
     for the backends' pairs that passed and were timed beside a passing reference."""
@@ -260,6 +282,9 @@ def main() -> int:
         write_json()  # the agreement comes after the last run's report
         print("\nforward times furthest apart, parallel against serial (ms; what the disagreement is made of):")
         for line in furthest(a["rows"], b["rows"], p["rows"], "fwd_ms"):
+            print("  " + line, flush=True)
+        print("\nforward, parallel / serial, by the state the canary says each side was timed in:")
+        for line in by_canary(a["rows"], p["rows"], "fwd_ms"):
             print("  " + line, flush=True)
         print("\nforward, parallel / serial, by the parallel worker that timed it:")
         for line in by_worker(a["rows"], p["rows"], p["timed_by"], "fwd_ms"):

@@ -79,6 +79,8 @@ FIELDS = (
     Field("step_host_us", "float | None", "the same for forward + backward (gradient-mode rows)"),
     Field("fwd_mem_mb", "float | None", "peak allocated above the pre-call baseline, forward"),
     Field("step_mem_mb", "float | None", "the same for forward + backward"),
+    Field("canary_us", "float | None", "a fixed tiny graph-replayed call (a 4096x64 fp16 mul) timed just before "
+          "the samples, us per call: the device state they were taken in (an H100 has two, 12% apart)"),
     Field("ref_fwd_ms", "float | None", "the reference's fwd_ms on the same case, for speedups"),
     Field("ref_bwd_ms", "float | None", "the reference's bwd_ms on the same case"),
     Field("ref_step_ms", "float | None", "the reference's step_ms on the same case"),

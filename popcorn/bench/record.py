@@ -53,6 +53,7 @@ class Record:
     step_host_us: float | None = None
     fwd_mem_mb: float | None = None
     step_mem_mb: float | None = None
+    canary_us: float | None = None
     ref_fwd_ms: float | None = None
     ref_bwd_ms: float | None = None
     ref_step_ms: float | None = None

@@ -8,15 +8,15 @@ the device spins on a head start, so a stalled host never leaves an idle gap ins
 doubling batches until their 20-80% spread settles within 2% of the median or the target wall time
 is spent (a settled median gains nothing from more). Warm-ups run before the timed samples, beside
 other workers' trials, and graph capture (host work) beside anything; only the samples hold the
-device alone. CPU: a
-perf_counter loop. Peak memory comes
-from one untimed call, so no timer buffer ever counts. Host wall time per call is measured
-without synchronizing: what a training loop pays on the CPU side.
+device alone, a canary first (a fixed tiny call: the device state the samples are taken in, in the row).
+CPU: a perf_counter loop. Peak memory comes from one untimed call, so no timer buffer ever counts. Host
+wall time per call is measured without synchronizing: what a training loop pays on the CPU side.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import statistics
 import time
 import warnings
@@ -271,9 +271,50 @@ def prime(device: torch.device, timeout_s: float = 30.0) -> bool:
         with lane.hold(lane.SHARED):  # opening a context is device work: never beside another worker's timing
             done = subprocess.run([sys.executable, "-c", _PRIME, str(index)], timeout=timeout_s,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return done.returncode == 0
+        failed = None if done.returncode == 0 else f"exit status {done.returncode}"
+    except (OSError, subprocess.TimeoutExpired) as e:
+        failed = type(e).__name__
+    if failed:  # said, not raised: the rows' canary_us shows which state this process then timed in
+        warnings.warn(f"timing.prime: the helper that opens a second CUDA context on {device} failed ({failed}); "
+                      f"this process (pid {os.getpid()}) times unprimed", RuntimeWarning, stacklevel=2)
+    return failed is None
+
+
+# The canary: a fixed tiny call (a fp16 mul of this shape, 1.3-1.6 us on an H100) graph-replayed in every timing
+# hold just before the samples, its median per call in the row (``canary_us``). A tiny call's time has two states
+# on one device (an H100: 1.29 or 1.47 us, 12-17% apart for latency-bound pairs) that a fill does not yet control;
+# beside each row, the canary says which state timed it, so rows of two fills compare only in like states.
+CANARY_SHAPE, CANARY_COPIES = (4096, 64), 16
+_canaries: dict = {}  # device -> (the canary's Graph, its estimated ms per call), or None where it cannot be made
+
+
+def canary(timer: "CudaTimer"):
+    """The canary's graph on ``timer``'s device and its estimate, made once per process (device work: the caller
+    holds the shared lane); None where a graph cannot be captured."""
+    if timer.device not in _canaries:
+        try:
+            xs = [torch.randn(*CANARY_SHAPE, device=timer.device, dtype=torch.float16) for _ in range(CANARY_COPIES)]
+            calls = [lambda x=x: x.mul(1.0001) for x in xs]
+            est = timer._estimate(calls[0])
+            _canaries[timer.device] = (timer.capture(calls, est), est)
+        except Exception:  # noqa: BLE001 - the row goes without a canary
+            torch.cuda.synchronize(timer.device)
+            _canaries[timer.device] = None
+    return _canaries[timer.device]
+
+
+def canary_us(timer: "CudaTimer") -> float | None:
+    """Microseconds per call of the canary (made by :func:`canary` beforehand), median of its replays; the
+    caller holds the device alone. None without one."""
+    got = _canaries.get(timer.device)
+    if got is None:
+        return None
+    graph, est = got
+    try:
+        return round(quantiles(timer.replay(graph, est))[0] * 1e3, 4)
+    except Exception:  # noqa: BLE001 - the samples that follow say whether the device still works
+        torch.cuda.synchronize(timer.device)
+        return None
 
 
 class Graph:
@@ -483,11 +524,13 @@ def measure(fn: Callable, arguments: dict, grad: bool, device: torch.device) -> 
             if grad:  # what an eager training loop pays the host per call: ranks eager calls beside device time
                 out["step_host_us"] = round(host_us(step.step, device), 3)
             ready = _prepare(timer, step, pair, fn, arguments, grad) if timer is not None else {}
+            if timer is not None:
+                canary(timer)
         if timer is not None:
             with lane.phase("capture"):
                 _capture(timer, ready, graphs)
             del ready
-            samples, timer_name = _cuda_samples(timer, step, pair, graphs, grad)
+            samples, timer_name, out["canary_us"] = _cuda_samples(timer, step, pair, graphs, grad)
         else:
             timer_name = "cpu"
             with lane.hold(lane.EXCLUSIVE):
@@ -538,17 +581,20 @@ def _capture(timer: CudaTimer, ready: dict, graphs: dict) -> None:
         _reset(graphs)
 
 
-def _cuda_samples(timer: CudaTimer, step: Step, pair: tuple, graphs: dict, grad: bool) -> tuple[dict, str]:
+def _cuda_samples(timer: CudaTimer, step: Step, pair: tuple, graphs: dict,
+                  grad: bool) -> tuple[dict, str, float | None]:
     """Graph replays for a forward (and step, and the backward as their difference) shorter than
     GRAPH_BELOW_MS; per-call events otherwise, for the backward of longer calls (each needs a fresh forward)
-    and wherever a graph cannot be captured or replayed.
-    The timed samples run in one exclusive hold, so a pair waits once for the device to drain."""
+    and wherever a graph cannot be captured or replayed. Returns (samples, timer name, the canary's us).
+    The timed samples run in one exclusive hold, so a pair waits once for the device to drain; the canary
+    times in it first, the device's state the samples are taken in."""
     setup, call = pair
     samples: dict = {}
     name = "cuda-events"
     with lane.hold(lane.EXCLUSIVE):
         with lane.phase("clock"):
             clock_up(timer.device)
+        state = canary_us(timer)
         est = timer._estimate(step.forward)
         if graphs and est < GRAPH_BELOW_MS:
             try:
@@ -575,7 +621,7 @@ def _cuda_samples(timer: CudaTimer, step: Step, pair: tuple, graphs: dict, grad:
                 samples["step"] = timer.events(step.step, warm=False)
         if grad and "bwd" not in samples:
             samples["bwd"] = timer.events(call, setup, warm=False)
-    return samples, name
+    return samples, name, state
 
 
 def _reset(graphs: dict) -> None:

@@ -44,6 +44,21 @@ def test_a_graph_timed_backward_is_the_step_less_the_forward_beside_it():
     assert timing["bwd_q20_ms"] <= timing["bwd_ms"] <= timing["bwd_q80_ms"]
 
 
+def test_every_cuda_timing_carries_the_canary_of_its_hold():
+    # the canary (a 4096x64 fp16 mul, graph-replayed) times in the samples' hold: a few microseconds a call on
+    # any device that replays graphs, the same call for a graph-timed pair and an event-timed one
+    small = {"x": torch.randn(16, 4096, device="cuda"), "weight": torch.randn(4096, device="cuda"), "eps": 1e-6}
+    large = {"x": torch.randn(16384, 8192, device="cuda"), "weight": torch.randn(8192, device="cuda"), "eps": 1e-6}
+    got = {}
+    for name, args in (("small", small), ("large", large)):
+        timing, timer = measure(lambda **a: rms_norm.reference(**a), args, False, torch.device("cuda"))
+        got[name] = (timer, timing["canary_us"])
+    assert got["small"][0] == "cuda-graph" and got["large"][0] == "cuda-events", got
+    for _, us in got.values():
+        assert 0.2 < us < 20, got
+    assert abs(got["small"][1] / got["large"][1] - 1) < 0.3, got
+
+
 def test_unwritten_output_fails_on_cuda():
     from popcorn.bench.compare import check
 
