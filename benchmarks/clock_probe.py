@@ -15,7 +15,8 @@ beside one and beside twelve idle contexts, each replayed in every later state).
 (a primed process beside idle contexts and busy cores), ``--placement`` (inputs allocated after 0-40 GiB of
 other tensors), ``--streams`` (the default stream and new ones), ``--decay S`` (a primed process for S
 seconds of nothing else, then after another's device work, then after a context opened), ``--levels`` (twelve
-fresh processes, alone and primed, on each NUMA node in turn). Prints tables.
+fresh processes, alone and primed, on each NUMA node in turn), ``--after-events`` (a primed process after each
+thing a fill's worker does before timing). Prints tables.
 """
 
 from __future__ import annotations
@@ -100,6 +101,9 @@ def main() -> int:
     ap.add_argument("--decay", type=float, metavar="S", help="only the table of a primed process's tiny call "
                     "every 5 s for S s of nothing else, then after another process's device work and after a "
                     "context opened")
+    ap.add_argument("--after-events", action="store_true", help="only the table of a primed process's tiny call "
+                    "after each thing a fill's worker does between priming and timing (kernels loaded, memory "
+                    "freed, streams made)")
     ap.add_argument("--child-level", type=int, metavar="NODE", help=argparse.SUPPRESS)
     ap.add_argument("--child", nargs=2, metavar=("N", "WAY"), help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -115,7 +119,8 @@ def main() -> int:
     if args.child:
         return child(timer, int(args.child[0]), args.child[1])
     for chosen, table in ((args.beside_load, beside_load), (args.placement, placement), (args.streams, streams),
-                          (args.decay, lambda t: decay(t, args.decay)), (args.capture_state, capture_state)):
+                          (args.decay, lambda t: decay(t, args.decay)), (args.capture_state, capture_state),
+                          (args.after_events, after_events)):
         if chosen:
             table(timer)
             return 0
@@ -472,6 +477,78 @@ def decay(timer: CudaTimer, seconds: float, every: float = 5.0) -> None:
     rows(f"one more context opened ({took:.1f} s)", 3)
     helper.stdin.close()
     helper.wait(timeout=30)
+    graph.reset()
+
+
+def _new_torch_kernels() -> None:
+    """First calls of torch kernels this process has not run: with lazy module loading, each loads its module."""
+    x = torch.randn(1 << 16, device="cuda")
+    for f in (torch.sort, torch.cumsum, torch.erfinv, torch.special.i0, torch.argsort, torch.logcumsumexp):
+        f(x, 0) if f in (torch.cumsum, torch.logcumsumexp) else f(x)
+    torch.cuda.synchronize()
+
+
+def _triton_kernel() -> None:
+    """A Triton kernel compiled (JIT) and launched: a new module, as every inductor or library kernel a fill warms."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def scale(x, n, k: tl.constexpr, BLOCK: tl.constexpr):
+        i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(x + i, tl.load(x + i, mask=i < n) * k, mask=i < n)
+    x = torch.randn(1 << 16, device="cuda")
+    scale[(64,)](x, x.numel(), time.time_ns() % 1000 + 2, BLOCK=1024)  # a fresh constexpr: compiled now
+    torch.cuda.synchronize()
+
+
+def _alloc_free() -> None:
+    held = torch.empty(1 << 28, device="cuda")  # 1 GiB, then back to the driver
+    del held
+    torch.cuda.empty_cache()
+    torch.cuda.synchronize()
+
+
+def _graph_on_new_stream() -> None:
+    timer = CudaTimer(torch.device("cuda"))
+    _, est, graph = tiny_graph(timer)
+    timer.replay(graph, est)
+    graph.reset()
+
+
+def after_events(timer: CudaTimer) -> None:
+    """What a fill's worker does between ``timing.prime`` and its timings that the probes' processes never did,
+    each followed by the tiny call, in one primed process: first calls of new torch kernels (lazy module
+    loading), a Triton kernel compiled and launched, 1 GiB allocated and given back to the driver, a graph captured
+    on a new stream and destroyed, 16 new streams; then another context opened (prime's effect again). Run 15:
+    every serial fill timed tiny calls as an unprimed process (0.0089 against 0.0078 ms for rms_norm fp32, the
+    probe's 1.47 against 1.29 us), though each primes before its first timing."""
+    _, est, graph = tiny_graph(timer)
+
+    def row(label: str) -> None:
+        med, q20, q80 = quantiles(timer.replay(graph, est))
+        print(f"{label:<48} {med * 1e3:>8.2f} {q20 * 1e3:>6.2f}-{q80 * 1e3:<6.2f}  {device_state()}", flush=True)
+
+    print(f"\n{'tiny call (us), one process, after':<48} {'median':>8} {'q20-q80':>14}  SM/mem/gfx/video MHz, P-state, "
+          "reasons")
+    row("nothing (unprimed)")
+    ok = prime(torch.device("cuda"))
+    time.sleep(0.5)
+    row(f"timing.prime ({'ok' if ok else 'FAILED'})")
+    streams = []
+    for label, event in (("new torch kernels' first calls", _new_torch_kernels), ("a Triton kernel compiled, run",
+                         _triton_kernel), ("1 GiB allocated, freed, cache emptied", _alloc_free),
+                         ("a graph on a new stream, destroyed", _graph_on_new_stream),
+                         ("16 new streams", lambda: streams.extend(torch.cuda.Stream() for _ in range(16)))):
+        try:
+            event()
+        except Exception as e:  # noqa: BLE001 - say it, go on with the next
+            label += f" ({type(e).__name__})"
+        row(label)
+        row("  and 2 s later")
+        time.sleep(2.0)
+    took = open_contexts(1, "many")
+    row(f"one more context opened ({took:.1f} s)")
     graph.reset()
 
 
