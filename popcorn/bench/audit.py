@@ -22,6 +22,10 @@ Release gates (reported always where computed, blocking only with ``release``):
   gated rather than short;
 * ``unclean``: current rows with status fail/crash/error or with a bench_error.
 
+A note, never blocking: ``states``: timed current pass rows whose canary (``canary_us``: a fixed tiny call timed
+in the same hold as their samples) is more than STATES_APART from their case's reference row's: their speedup
+divides two times taken in different device states (an H100 times latency-bound calls in two, 12% apart).
+
 A missing or stale pair gets no further findings: everything else follows from re-measuring it.
 Rows of ops or implementations that are no longer registered are reported (``unregistered``)
 but never block.
@@ -38,7 +42,8 @@ import re
 import sys
 from dataclasses import dataclass, field
 
-from popcorn.schema import ERROR, FAILED, MIN_CURVE_POINTS, PASS, REFERENCE, SKIP, is_current, why_stale
+from popcorn.schema import (ERROR, FAILED, MIN_CURVE_POINTS, PASS, REFERENCE, SKIP, is_current, is_current_for,
+                            why_stale)
 
 from .plan import gated
 from .record import Record
@@ -54,8 +59,9 @@ DEVICE_MEMORY = (
     (r"\bA100\b", 40 * 10**9),
 )
 
-MISSING, STALE, NO_PASS, NO_TIMING, CURVES, UNCLEAN, UNREGISTERED, UNSIZED, GATED = (
-    "missing", "stale", "no_pass", "no_timing", "curves", "unclean", "unregistered", "unsized", "gated")
+MISSING, STALE, NO_PASS, NO_TIMING, CURVES, UNCLEAN, UNREGISTERED, UNSIZED, GATED, STATES = (
+    "missing", "stale", "no_pass", "no_timing", "curves", "unclean", "unregistered", "unsized", "gated", "states")
+STATES_APART = 0.05  # canaries further apart than this (relative) were timed in different device states
 ALWAYS = frozenset({MISSING, STALE})
 RELEASE_GATES = frozenset({NO_PASS, NO_TIMING, CURVES, UNCLEAN})
 UNCLEAN_STATUSES = FAILED | {ERROR}
@@ -191,6 +197,9 @@ def _audit(records: list[Record], ops: dict, release: bool, device_bytes: int | 
         by_pair.setdefault((r.op, r.impl), []).append(r)
         by_op.setdefault(r.op, []).append(r)
     tally = Tally(pairs=len(pairs))
+    ref_canary = {(r.op, r.case_id, r.grad, r.device, r.torch): r.canary_us for r in records
+                  if r.impl == REFERENCE and r.canary_us and r.status == PASS and r.op in ops
+                  and is_current_for(r, ops[r.op])}
 
     def add(op_name, impl, kind, detail):
         findings.append(Finding(op_name, impl, kind, detail, kind in ALWAYS or (release and kind in RELEASE_GATES)))
@@ -218,6 +227,9 @@ def _audit(records: list[Record], ops: dict, release: bool, device_bytes: int | 
         else:
             counts = _counts(current)
             add(op_name, impl_name, NO_PASS, f"{len(current)} current row(s), none passes ({counts})")
+        apart = _states_apart(passes, ref_canary)
+        if apart:
+            add(op_name, impl_name, STATES, apart)
         if any(r.benchmarked for r in passes):
             tally.timed += 1
         elif release and passes:
@@ -240,6 +252,20 @@ def _audit(records: list[Record], ops: dict, release: bool, device_bytes: int | 
             parts = [p for p in (statuses, f"bench_error={bench_errors}" if bench_errors else "") if p]
             add(op_name, impl_name, UNCLEAN, ", ".join(parts))
     return findings, tally
+
+
+def _states_apart(passes: list[Record], ref_canary: dict) -> str | None:
+    """How many of the timed pass rows were timed in another device state than their case's reference row, by
+    their canaries; None when none (or none can say: rows without a canary)."""
+    pairs = [(r, ref_canary.get((r.op, r.case_id, r.grad, r.device, r.torch))) for r in passes
+             if r.benchmarked and r.canary_us]
+    pairs = [(r, ref) for r, ref in pairs if ref]
+    apart = sorted(((r.canary_us / ref, r) for r, ref in pairs if abs(r.canary_us / ref - 1) > STATES_APART),
+                   key=lambda t: -abs(t[0] - 1))
+    if not apart:
+        return None
+    return (f"{len(apart)} of {len(pairs)} timed row(s) timed in another device state than their case's reference "
+            f"(canary {apart[0][0]:.2f}x the reference's at worst: {apart[0][1].case}): their speedups mix states")
 
 
 def _budget(rows: list[Record], device_bytes: int | None) -> int | None:

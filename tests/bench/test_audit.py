@@ -5,8 +5,8 @@ import io
 import pytest
 
 from popcorn.bench import audit as A
-from popcorn.bench.audit import (CURVES, GATED, MISSING, NO_PASS, NO_TIMING, STALE, UNCLEAN, UNREGISTERED,
-                                 UNSIZED, audit, memory_of, plan_for, run_check)
+from popcorn.bench.audit import (CURVES, GATED, MISSING, NO_PASS, NO_TIMING, STALE, STATES, UNCLEAN,
+                                 UNREGISTERED, UNSIZED, audit, memory_of, plan_for, run_check)
 from popcorn.kernels import OPS as ALL_OPS
 
 from .test_record import make
@@ -115,6 +115,22 @@ def test_no_timing():
     assert NO_TIMING in kinds(audit(untimed, OPS, release=True))
     assert NO_TIMING not in kinds(audit(untimed, OPS, release=False))  # a release gate only
     assert NO_TIMING not in kinds(audit(untimed + [row()], OPS, release=True))
+
+
+def test_rows_timed_in_another_device_state_than_their_reference_are_noted_never_blocking():
+    ref = [row(impl="torch", case_id=c, canary_us=1.47) for c in ("a", "b", "c")]
+    like = [row(case_id="a", canary_us=1.45), row(case_id="b", canary_us=1.50)]
+    assert STATES not in kinds(audit(ref + like, OPS, release=False))
+    apart = like + [row(case_id="c", canary_us=1.29, case="the tiny one")]
+    (f,) = [f for f in audit(ref + apart, OPS, release=True) if f.kind == STATES]
+    assert not f.blocking and f.impl == "compile"
+    assert "1 of 3 timed row(s)" in f.detail and "0.88x" in f.detail and "the tiny one" in f.detail
+    # rows without a canary (CPU timers, rows from before it) or beside a reference without one say nothing
+    assert STATES not in kinds(audit(ref + [row(case_id="c")], OPS, release=False))
+    assert STATES not in kinds(audit([row(impl="torch", case_id="c")] + apart[2:], OPS, release=False))
+    # nor does the reference of another device
+    assert STATES not in kinds(audit(ref + [row(case_id="c", canary_us=1.29, device="NVIDIA H100 80GB HBM3")], OPS,
+                                     release=False))
 
 
 def test_curves_need_two_timed_points_and_skips_are_gated():

@@ -167,8 +167,8 @@ def test_a_store_written_before_a_column_existed_takes_and_reads_new_rows(report
     from popcorn.bench.record import to_arrow
 
     old = to_arrow([make(case_id="old")])
-    old = old.drop_columns(["step_host_us"])  # as a popcorn without that column wrote it
+    old = old.drop_columns(["step_host_us", "canary_us"])  # as a popcorn without those columns wrote it
     write_deltalake(report.uri, old, partition_by=["op"])
-    report.merge([make(case_id="new", step_host_us=42.0)])
-    got = {r.case_id: r.step_host_us for r in report.read()}
-    assert got == {"old": None, "new": 42.0}
+    report.merge([make(case_id="new", step_host_us=42.0, canary_us=1.29)])
+    got = {r.case_id: (r.step_host_us, r.canary_us) for r in report.read()}
+    assert got == {"old": (None, None), "new": (42.0, 1.29)}
