@@ -32,6 +32,8 @@ JUDGED = frozenset({PASS, FAIL, CRASH})
 FAILED = frozenset({FAIL, CRASH})
 # A fill keeps these until the code changes; an error (the harness broke, not the kernel) is measured again.
 REUSABLE = frozenset(STATUSES) - {ERROR}
+# Canaries (``canary_us``) further apart than this, relatively, were timed in different device states.
+STATES_APART = 0.05
 MIN_CURVE_POINTS = 2  # timed pass points a named curve needs in a release (fewer do not make a curve)
 # The reason of a row for a case that was scheduled but never measured (its worker vanished with the
 # whole fill); `popcorn bench merge --scrub-incomplete` removes these.

@@ -42,8 +42,8 @@ import re
 import sys
 from dataclasses import dataclass, field
 
-from popcorn.schema import (ERROR, FAILED, MIN_CURVE_POINTS, PASS, REFERENCE, SKIP, is_current, is_current_for,
-                            why_stale)
+from popcorn.schema import (ERROR, FAILED, MIN_CURVE_POINTS, PASS, REFERENCE, SKIP, STATES_APART, is_current,
+                            is_current_for, why_stale)
 
 from .plan import gated
 from .record import Record
@@ -61,7 +61,6 @@ DEVICE_MEMORY = (
 
 MISSING, STALE, NO_PASS, NO_TIMING, CURVES, UNCLEAN, UNREGISTERED, UNSIZED, GATED, STATES = (
     "missing", "stale", "no_pass", "no_timing", "curves", "unclean", "unregistered", "unsized", "gated", "states")
-STATES_APART = 0.05  # canaries further apart than this (relative) were timed in different device states
 ALWAYS = frozenset({MISSING, STALE})
 RELEASE_GATES = frozenset({NO_PASS, NO_TIMING, CURVES, UNCLEAN})
 UNCLEAN_STATUSES = FAILED | {ERROR}

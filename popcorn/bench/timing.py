@@ -24,7 +24,8 @@ from typing import Callable
 
 import torch
 
-from popcorn.core.settings import settings
+from popcorn.core.settings import reprimes, settings
+from popcorn.schema import STATES_APART
 
 from . import lane
 from .calls import cotangents, graded, leaves_of, outputs_of, prepare
@@ -250,30 +251,36 @@ sys.exit(0 if ok else 1)
 """
 
 
-def prime(device: torch.device, timeout_s: float = 30.0) -> bool:
-    """Open and close one other CUDA context on ``device`` after this process's own exists.
-
-    Once a second context has been created on the device after the timing process's, graph replays
-    of tiny calls run about 14% faster (medium ones 2%) for the rest of the process, even after that
-    context is gone (benchmarks/clock_probe.py --contexts, H200; --opened-after, H100 in run 15: 1.47 to
-    1.29 us, and 4 or 12 contexts no further). A parallel fill's workers always see
-    their siblings' contexts; a serial fill's lone worker primes itself so both time in one state.
-    Runs once per device and process; returns whether the helper ran and succeeded (a CPU device, a
-    second call or a failed helper skip it)."""
-    if device.type != "cuda" or device in _primed:
-        return False
-    _primed.add(device)
+def _open_context(device: torch.device, timeout_s: float = 30.0) -> str | None:
+    """Open and close one other CUDA context on ``device`` (a helper process, about 0.1 s); None when it did,
+    else why not. The caller holds a lane: it is device work."""
     import subprocess
     import sys
 
     index = device.index if device.index is not None else torch.cuda.current_device()
     try:
-        with lane.hold(lane.SHARED):  # opening a context is device work: never beside another worker's timing
-            done = subprocess.run([sys.executable, "-c", _PRIME, str(index)], timeout=timeout_s,
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        failed = None if done.returncode == 0 else f"exit status {done.returncode}"
+        done = subprocess.run([sys.executable, "-c", _PRIME, str(index)], timeout=timeout_s,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired) as e:
-        failed = type(e).__name__
+        return type(e).__name__
+    return None if done.returncode == 0 else f"exit status {done.returncode}"
+
+
+def prime(device: torch.device, timeout_s: float = 30.0) -> bool:
+    """Open and close one other CUDA context on ``device`` after this process's own exists.
+
+    Once a second context has been created on the device after the timing process's, graph replays
+    of tiny calls run about 14% faster (medium ones 2%) (benchmarks/clock_probe.py --contexts, H200;
+    --opened-after, H100 in run 15: 1.47 to 1.29 us, and 4 or 12 contexts no further). A parallel fill's workers
+    always see their siblings' contexts; a serial fill's lone worker primes itself so both time in one state
+    (:func:`settle` restores it where a process has lost it).
+    Runs once per device and process; returns whether the helper ran and succeeded (a CPU device, a
+    second call or a failed helper skip it)."""
+    if device.type != "cuda" or device in _primed:
+        return False
+    _primed.add(device)
+    with lane.hold(lane.SHARED):  # opening a context is device work: never beside another worker's timing
+        failed = _open_context(device, timeout_s)
     if failed:  # said, not raised: the rows' canary_us shows which state this process then timed in
         warnings.warn(f"timing.prime: the helper that opens a second CUDA context on {device} failed ({failed}); "
                       f"this process (pid {os.getpid()}) times unprimed", RuntimeWarning, stacklevel=2)
@@ -282,8 +289,8 @@ def prime(device: torch.device, timeout_s: float = 30.0) -> bool:
 
 # The canary: a fixed tiny call (a fp16 mul of this shape, 1.3-1.6 us on an H100) graph-replayed in every timing
 # hold just before the samples, its median per call in the row (``canary_us``). A tiny call's time has two states
-# on one device (an H100: 1.29 or 1.47 us, 12-17% apart for latency-bound pairs) that a fill does not yet control;
-# beside each row, the canary says which state timed it, so rows of two fills compare only in like states.
+# on one device (an H100: 1.29 or 1.47 us, 12-17% apart for latency-bound pairs): :func:`settle` keeps a process in
+# the primed one where it can; beside each row, the canary says which state timed it.
 CANARY_SHAPE, CANARY_COPIES = (4096, 64), 16
 _canaries: dict = {}  # device -> (the canary's Graph, its estimated ms per call), or None where it cannot be made
 
@@ -315,6 +322,38 @@ def canary_us(timer: "CudaTimer") -> float | None:
     except Exception:  # noqa: BLE001 - the samples that follow say whether the device still works
         torch.cuda.synchronize(timer.device)
         return None
+
+
+REPRIMES = 3  # re-primes in a row that do not bring the canary back, after which a process stops (POPCORN_REPRIMES)
+_state: dict = {}  # device -> [the fastest canary this process has timed (us), re-primes in a row that failed]
+
+
+def settle(timer: "CudaTimer", measure=canary_us, reopen=_open_context) -> float | None:
+    """The canary's us in the state the samples will be taken in, the primed state restored where it was lost.
+
+    The caller holds the device alone. Run 15 (H100): within one parallel worker and one case, tiny calls timed
+    12-17% apart seconds apart, as a fresh process's do before and after :func:`prime`, and every serial fill
+    timed as unprimed though it primes first. So a process's first hold opens another context (nothing else runs
+    on the device meanwhile) and times the canary again: the faster of the two is the state to time in. In a later
+    hold, a canary more than STATES_APART slower than the fastest this process has timed is re-primed the same
+    way, once per hold. A process whose re-primes fail REPRIMES (POPCORN_REPRIMES) times in a row stops trying
+    (its device has one state, or one that priming does not reach); the canary still says which state each row was
+    timed in."""
+    us = measure(timer)
+    if us is None:
+        return None
+    state = _state.get(timer.device)
+    first = state is None
+    if first:
+        state = _state[timer.device] = [us, 0]
+    if first or (us > state[0] * (1 + STATES_APART) and state[1] < reprimes(REPRIMES)):
+        again = measure(timer) if reopen(timer.device) is None else None
+        if not first:
+            back = again is not None and again <= state[0] * (1 + STATES_APART)
+            state[1] = 0 if back else state[1] + 1
+        us = again if again is not None else us
+    state[0] = min(state[0], us)
+    return us
 
 
 class Graph:
@@ -592,9 +631,9 @@ def _cuda_samples(timer: CudaTimer, step: Step, pair: tuple, graphs: dict,
     samples: dict = {}
     name = "cuda-events"
     with lane.hold(lane.EXCLUSIVE):
-        with lane.phase("clock"):
+        with lane.phase("clock"):  # the device's clock up, and the state the canary says restored
             clock_up(timer.device)
-        state = canary_us(timer)
+            state = settle(timer)
         est = timer._estimate(step.forward)
         if graphs and est < GRAPH_BELOW_MS:
             try:

@@ -11,6 +11,7 @@ so a variable set after ``import popcorn`` still takes effect.
 | POPCORN_LIVE_WAIT_S | how long a ``--live`` fill with nothing to measure waits for a subscriber | 5 |
 | POPCORN_LANE_DIR | where fills on one device share its lanes across processes (``off``: they do not) | <tmp>/popcorn-lanes on CUDA; off on CPU |
 | POPCORN_SHARED_HOLDS | the most shared-lane holds (correctness trials, warm-ups) a parallel fill grants at once | no limit |
+| POPCORN_REPRIMES | re-primes in a row that fail before a timing process stops restoring the primed state (0: never) | 3 |
 """
 
 from __future__ import annotations
@@ -87,6 +88,19 @@ def shared_holds() -> int | None:
         raise ValueError(f"POPCORN_SHARED_HOLDS={raw!r} is not a positive whole number; unset it (no limit) or "
                          "give e.g. 4")
     return n
+
+
+def reprimes(default: int) -> int:
+    """POPCORN_REPRIMES, a whole number >= 0, else ``default``; anything else is refused, naming the variable.
+    How many re-primes in a row that do not bring a timing process's canary back it tries before it stops
+    (:func:`popcorn.bench.timing.settle`; each opens a CUDA context while the device is held, about 0.2 s)."""
+    raw = os.environ.get("POPCORN_REPRIMES")
+    if not raw:
+        return default
+    if not raw.isdigit():
+        raise ValueError(f"POPCORN_REPRIMES={raw!r} is not a whole number >= 0; unset it ({default}) or give e.g. 0 "
+                         "(never re-prime)")
+    return int(raw)
 
 
 def settings() -> Settings:

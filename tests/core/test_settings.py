@@ -43,3 +43,16 @@ def test_shared_holds_is_a_positive_whole_number_or_no_limit(monkeypatch):
         monkeypatch.setenv("POPCORN_SHARED_HOLDS", bad)
         with pytest.raises(ValueError, match=f"POPCORN_SHARED_HOLDS='{bad}' is not a positive whole number"):
             shared_holds()
+
+
+def test_reprimes_is_a_whole_number_or_the_default(monkeypatch):
+    from popcorn.core.settings import reprimes
+
+    monkeypatch.delenv("POPCORN_REPRIMES", raising=False)
+    assert reprimes(3) == 3
+    monkeypatch.setenv("POPCORN_REPRIMES", "0")
+    assert reprimes(3) == 0
+    for bad in ("-1", "two", "1.5"):
+        monkeypatch.setenv("POPCORN_REPRIMES", bad)
+        with pytest.raises(ValueError, match=f"POPCORN_REPRIMES='{bad}' is not a whole number"):
+            reprimes(3)
