@@ -48,7 +48,7 @@ def test_every_cuda_timing_carries_the_canary_of_its_hold():
     # the canary (a 4096x64 fp16 mul, graph-replayed) times in the samples' hold: a few microseconds a call on
     # any device that replays graphs, the same call for a graph-timed pair and an event-timed one
     small = {"x": torch.randn(16, 4096, device="cuda"), "weight": torch.randn(4096, device="cuda"), "eps": 1e-6}
-    large = {"x": torch.randn(16384, 8192, device="cuda"), "weight": torch.randn(8192, device="cuda"), "eps": 1e-6}
+    large = {"x": torch.randn(65536, 8192, device="cuda"), "weight": torch.randn(8192, device="cuda"), "eps": 1e-6}
     got = {}
     for name, args in (("small", small), ("large", large)):
         timing, timer = measure(lambda **a: rms_norm.reference(**a), args, False, torch.device("cuda"))
