@@ -59,6 +59,18 @@ def test_every_cuda_timing_carries_the_canary_of_its_hold():
     assert abs(got["small"][1] / got["large"][1] - 1) < 0.3, got
 
 
+def test_the_canary_repeats_within_the_states_margin_right_after_settle():
+    # settle keeps a state by comparing canaries: two in a row, with nothing between, must agree within
+    # STATES_APART or every hold would re-prime
+    from popcorn.bench import timing
+
+    timer = timing.CudaTimer(torch.device("cuda"))
+    timing.canary(timer)
+    settled_us = timing.settle(timer)
+    again = [timing.canary_us(timer) for _ in range(3)]
+    assert all(abs(a / settled_us - 1) <= timing.STATES_APART for a in again), (settled_us, again)
+
+
 def test_unwritten_output_fails_on_cuda():
     from popcorn.bench.compare import check
 
