@@ -20,7 +20,7 @@ from popcorn.core.settings import settings
 from popcorn.schema import CONCLUSIVE, KEY, SENTINEL_REASON
 
 from . import damage
-from .record import Record, arrow_schema, from_arrow, to_arrow
+from .record import Record, arrow_schema, conform, from_arrow, to_arrow
 from .store import merge as merge_rows
 
 _CONCLUSIVE = "({a}.status IN (" + ", ".join(f"'{s}'" for s in sorted(CONCLUSIVE)) + "))"
@@ -102,12 +102,7 @@ class ReportStore:
         # handler on pyarrow's I/O threads, and about one process in six then aborts at exit
         # ("terminate called without an active exception", exit 134) after correct output.
         sql = "SELECT * FROM report" + (" WHERE op = '{}'".format(op.replace("'", "''")) if op else "")
-        table = pa.table(QueryBuilder().register("report", self.table(version)).execute(sql).read_all())
-        schema = arrow_schema()
-        for f in schema:  # a table written before a column existed reads it as null
-            if f.name not in table.column_names:
-                table = table.append_column(f.name, pa.nulls(len(table), f.type))
-        table = table.select(schema.names).cast(schema)
+        table = conform(pa.table(QueryBuilder().register("report", self.table(version)).execute(sql).read_all()))
         if equals:
             import pyarrow.compute as pc
 

@@ -136,6 +136,18 @@ def arrow_schema():
     return pa.schema(cols)
 
 
+def conform(table):
+    """``table`` in the canonical schema: a column a newer popcorn added reads as null in rows written before it
+    (a store or a published snapshot), and the columns come in schema order."""
+    import pyarrow as pa
+
+    schema = arrow_schema()
+    for f in schema:
+        if f.name not in table.column_names:
+            table = table.append_column(f.name, pa.nulls(len(table), f.type))
+    return table.select(schema.names).cast(schema)
+
+
 def to_arrow(records: list[Record]):
     import pyarrow as pa
 

@@ -102,7 +102,9 @@ def published_table():
     if not path.exists():
         raise FileNotFoundError(f"{path.parent / 'CURRENT'} names {path.name}, which is missing; republish "
                                 "with `popcorn bench publish`")
-    return pq.read_table(path)
+    from .record import conform
+
+    return conform(pq.read_table(path))
 
 
 def published() -> list[Record]:

@@ -103,3 +103,18 @@ def test_cells_carry_the_median_step_speedup_and_summaries_rebuild_the_matrix():
     pairs = {("rms_norm", i): summarize(OP, i, [r for r in records if r.impl == i]) for i in ("compile", "torch")}
     assert pairs["rms_norm", "compile"] == Summary(2, {"pass": 2}, 2.0, 3.0)
     assert matrix_of(pairs, OPS, len(records)) == m
+
+
+def test_a_snapshot_published_before_a_column_existed_reads_in_todays_schema(tmp_path, monkeypatch):
+    import pyarrow.parquet as pq
+
+    from popcorn.bench.record import arrow_schema, to_arrow
+    from popcorn.bench.view import published, published_table
+
+    old = to_arrow([make(case_id="old", canary_us=None)]).drop_columns(["canary_us", "step_host_us"])
+    pq.write_table(old, tmp_path / "report-v1.parquet")
+    (tmp_path / "CURRENT").write_text("1\n")
+    monkeypatch.setenv("POPCORN_REPORT", str(tmp_path))
+    assert published_table().schema == arrow_schema()
+    (row,) = published()
+    assert row.case_id == "old" and row.canary_us is None and row.step_host_us is None and row.fwd_ms == 0.5
