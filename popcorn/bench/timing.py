@@ -252,7 +252,7 @@ sys.exit(0 if ok else 1)
 
 
 def _open_context(device: torch.device, timeout_s: float = 30.0) -> str | None:
-    """Open and close one other CUDA context on ``device`` (a helper process, about 0.1 s); None when it did,
+    """Open and close one other CUDA context on ``device`` (a helper process, 0.1-0.3 s); None when it did,
     else why not. The caller holds a lane: it is device work."""
     import subprocess
     import sys
