@@ -8,7 +8,7 @@ faster in parallel fills on an H200. For a tiny and a large call, graph-replay m
 clock NVML reports, after IDLE_S idle and right after a second of busy device work; then the tiny call
 with 16, 112 and 1008 calls per graph replay, and beside 12 idle CUDA contexts; how long the clock
 takes to recover after busy work; and graph replays beside 0-12 idle CUDA contexts, with a
-``timing.prime`` check (``--contexts``: that table alone). ``--capture-state``: whether a graph's replay
+``device_state.prime`` check (``--contexts``: that table alone). ``--capture-state``: whether a graph's replay
 time follows the contexts on the device when it was captured or while it replays (graphs captured alone,
 beside one and beside twelve idle contexts, each replayed in every later state). What sets a process's level
 (run 15): ``--opened-after`` (fresh processes before and after N contexts opened and closed), ``--beside-load``
@@ -32,7 +32,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from popcorn.bench.timing import CudaTimer, _nvml_of, prime, quantiles, sm_clock  # noqa: E402
+from popcorn.bench.device_state import prime, unprime  # noqa: E402
+from popcorn.bench.timing import CudaTimer, _nvml_of, quantiles, sm_clock  # noqa: E402
 
 IDLE_S = 3.0
 
@@ -176,7 +177,7 @@ def beside_contexts(timer: CudaTimer) -> None:
         row("this context alone")
         time.sleep(5.0)
         row("alone, 5 s later")
-        row(f"alone, after timing.prime ({'ran' if prime(torch.device('cuda')) else 'FAILED'})")
+        row(f"alone, after device_state.prime ({'ran' if prime(torch.device('cuda')) else 'FAILED'})")
         for n in (0, 1, 2, 4, 12, 0):
             while len(idle) < n:
                 idle.append(idle_context())
@@ -234,7 +235,7 @@ def capture_state(timer: CudaTimer) -> None:
             g.reset()
 
 
-# N contexts on device 0: WAY "one" opens and closes them in turn in this one process (as timing.prime does),
+# N contexts on device 0: WAY "one" opens and closes them in turn in this one process (as device_state.prime does),
 # "many" is N processes each holding its primary context until every one has it (as a fill's workers)
 _OPEN = """
 import ctypes, sys, time
@@ -304,7 +305,7 @@ def gpu_node() -> int | None:
 
 
 def level_child(node: int) -> int:
-    """A fresh process on ``node``'s cores (-1: anywhere): its tiny call alone and after timing.prime."""
+    """A fresh process on ``node``'s cores (-1: anywhere): its tiny call alone and after device_state.prime."""
     cpus = numa_nodes().get(node)
     if cpus:
         os.sched_setaffinity(0, cpus & os.sched_getaffinity(0) or cpus)
@@ -517,7 +518,7 @@ def _graph_on_new_stream() -> None:
 
 
 def after_events(timer: CudaTimer) -> None:
-    """What a fill's worker does between ``timing.prime`` and its timings that the probes' processes never did,
+    """What a fill's worker does between ``device_state.prime`` and its timings that the probes' processes never did,
     each followed by the tiny call, in one primed process: first calls of new torch kernels (lazy module
     loading), a Triton kernel compiled and launched, 1 GiB allocated and given back to the driver, a graph captured
     on a new stream and destroyed, 16 new streams; then another context opened (prime's effect again). Run 15:
@@ -534,7 +535,7 @@ def after_events(timer: CudaTimer) -> None:
     row("nothing (unprimed)")
     ok = prime(torch.device("cuda"))
     time.sleep(0.5)
-    row(f"timing.prime ({'ok' if ok else 'FAILED'})")
+    row(f"device_state.prime ({'ok' if ok else 'FAILED'})")
     streams = []
     for label, event in (("new torch kernels' first calls", _new_torch_kernels), ("a Triton kernel compiled, run",
                          _triton_kernel), ("1 GiB allocated, freed, cache emptied", _alloc_free),
@@ -549,6 +550,9 @@ def after_events(timer: CudaTimer) -> None:
         time.sleep(2.0)
     took = open_contexts(1, "many")
     row(f"one more context opened ({took:.1f} s)")
+    for _ in range(2):  # the fill's own undoing (POPCORN_DEVICE_STATE=unprimed), then priming again
+        row(f"device_state.unprime ({'ran' if unprime(torch.device('cuda')) else 'FAILED'})")
+        row(f"another context opened ({open_contexts(1, 'many'):.1f} s)")
     graph.reset()
 
 

@@ -202,6 +202,8 @@ def main() -> int:
     ap.add_argument("--keep", type=Path, help="copy each run's shards here (DIR/<run>/<op>.jsonl): evidence to merge")
     ap.add_argument("--shared-holds", type=int, metavar="N", help="grant at most N shared-lane holds at once "
                     "(POPCORN_SHARED_HOLDS): whether fewer processes time-slicing the device gets more done")
+    ap.add_argument("--state", choices=("primed", "unprimed", "off"), help="POPCORN_DEVICE_STATE for every fill: "
+                    "the device state timings are taken in (popcorn.bench.device_state)")
     ap.add_argument("--reprimes", type=int, metavar="N", help="POPCORN_REPRIMES for every fill: re-primes in a row "
                     "that fail before a worker stops restoring the primed state (0: the first hold's alone)")
     ap.add_argument("--mps", action="store_true", help="run the parallel fills under CUDA MPS (started here as "
@@ -209,6 +211,8 @@ def main() -> int:
     args = ap.parse_args()
     if args.shared_holds is not None:
         os.environ["POPCORN_SHARED_HOLDS"] = str(args.shared_holds)
+    if args.state:
+        os.environ["POPCORN_DEVICE_STATE"] = args.state
     if args.reprimes is not None:
         os.environ["POPCORN_REPRIMES"] = str(args.reprimes)
     if args.mps and not start_mps():

@@ -16,7 +16,6 @@ wall time per call is measured without synchronizing: what a training loop pays 
 from __future__ import annotations
 
 import math
-import os
 import statistics
 import time
 import warnings
@@ -24,11 +23,11 @@ from typing import Callable
 
 import torch
 
-from popcorn.core.settings import reprimes, settings
-from popcorn.schema import STATES_APART
+from popcorn.core.settings import PRIMED, device_state, settings
 
 from . import lane
 from .calls import cotangents, graded, leaves_of, outputs_of, prepare
+from .device_state import canary, prime, settle
 
 GRAPH_BELOW_MS = 1.0  # below this, per-call events carry launch gaps and L2 luck: replay graphs instead
 MIN_REPS, MAX_REPS = 10, 2000
@@ -239,123 +238,6 @@ def clock_up(device: torch.device, clock=sm_clock, spin=_spin_2ms, wall=time.per
     return True
 
 
-_primed: set = set()  # devices this process has primed
-_PRIME = """
-import ctypes, sys
-cuda = ctypes.CDLL("libcuda.so.1")
-dev, ctx, ptr = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_uint64()
-ok = (cuda.cuInit(0) == 0 and cuda.cuDeviceGet(ctypes.byref(dev), int(sys.argv[1])) == 0
-      and cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev) == 0 and cuda.cuCtxSetCurrent(ctx) == 0
-      and cuda.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(1024)) == 0)
-sys.exit(0 if ok else 1)
-"""
-
-
-def _open_context(device: torch.device, timeout_s: float = 30.0) -> str | None:
-    """Open and close one other CUDA context on ``device`` (a helper process, 0.1-0.3 s); None when it did,
-    else why not. The caller holds a lane: it is device work."""
-    import subprocess
-    import sys
-
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    try:
-        done = subprocess.run([sys.executable, "-c", _PRIME, str(index)], timeout=timeout_s,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return type(e).__name__
-    return None if done.returncode == 0 else f"exit status {done.returncode}"
-
-
-def prime(device: torch.device, timeout_s: float = 30.0) -> bool:
-    """Open and close one other CUDA context on ``device`` after this process's own exists.
-
-    Once a second context has been created on the device after the timing process's, graph replays
-    of tiny calls run about 14% faster (medium ones 2%) (benchmarks/clock_probe.py --contexts, H200;
-    --opened-after, H100 in run 15: 1.47 to 1.29 us, and 4 or 12 contexts no further). A parallel fill's workers
-    always see their siblings' contexts; a serial fill's lone worker primes itself so both time in one state
-    (:func:`settle` restores it where a process has lost it).
-    Runs once per device and process; returns whether the helper ran and succeeded (a CPU device, a
-    second call or a failed helper skip it)."""
-    if device.type != "cuda" or device in _primed:
-        return False
-    _primed.add(device)
-    with lane.hold(lane.SHARED):  # opening a context is device work: never beside another worker's timing
-        failed = _open_context(device, timeout_s)
-    if failed:  # said, not raised: the rows' canary_us shows which state this process then timed in
-        warnings.warn(f"timing.prime: the helper that opens a second CUDA context on {device} failed ({failed}); "
-                      f"this process (pid {os.getpid()}) times unprimed", RuntimeWarning, stacklevel=2)
-    return failed is None
-
-
-# The canary: a fixed tiny call (a fp16 mul of this shape, 1.3-1.6 us on an H100) graph-replayed in every timing
-# hold just before the samples, its median per call in the row (``canary_us``). A tiny call's time has two states
-# on one device (an H100: 1.29 or 1.47 us, 12-17% apart for latency-bound pairs): :func:`settle` keeps a process in
-# the primed one where it can; beside each row, the canary says which state timed it.
-CANARY_SHAPE, CANARY_COPIES = (4096, 64), 16
-_canaries: dict = {}  # device -> (the canary's Graph, its estimated ms per call), or None where it cannot be made
-
-
-def canary(timer: "CudaTimer"):
-    """The canary's graph on ``timer``'s device and its estimate, made once per process (device work: the caller
-    holds the shared lane); None where a graph cannot be captured."""
-    if timer.device not in _canaries:
-        try:
-            xs = [torch.randn(*CANARY_SHAPE, device=timer.device, dtype=torch.float16) for _ in range(CANARY_COPIES)]
-            calls = [lambda x=x: x.mul(1.0001) for x in xs]
-            est = timer._estimate(calls[0])
-            _canaries[timer.device] = (timer.capture(calls, est), est)
-        except Exception:  # noqa: BLE001 - the row goes without a canary
-            torch.cuda.synchronize(timer.device)
-            _canaries[timer.device] = None
-    return _canaries[timer.device]
-
-
-def canary_us(timer: "CudaTimer") -> float | None:
-    """Microseconds per call of the canary (made by :func:`canary` beforehand), median of its replays; the
-    caller holds the device alone. None without one."""
-    got = _canaries.get(timer.device)
-    if got is None:
-        return None
-    graph, est = got
-    try:
-        return round(quantiles(timer.replay(graph, est))[0] * 1e3, 4)
-    except Exception:  # noqa: BLE001 - the samples that follow say whether the device still works
-        torch.cuda.synchronize(timer.device)
-        return None
-
-
-REPRIMES = 3  # re-primes in a row that do not bring the canary back, after which a process stops (POPCORN_REPRIMES)
-_state: dict = {}  # device -> [the fastest canary this process has timed (us), re-primes in a row that failed]
-
-
-def settle(timer: "CudaTimer", measure=canary_us, reopen=_open_context) -> float | None:
-    """The canary's us in the state the samples will be taken in, the primed state restored where it was lost.
-
-    The caller holds the device alone. Run 15 (H100): within one parallel worker and one case, tiny calls timed
-    12-17% apart seconds apart, as a fresh process's do before and after :func:`prime`, and every serial fill
-    timed as unprimed though it primes first. So a process's first hold opens another context (nothing else runs
-    on the device meanwhile) and times the canary again: the faster of the two is the state to time in. In a later
-    hold, a canary more than STATES_APART slower than the fastest this process has timed is re-primed the same
-    way, once per hold. A process whose re-primes fail REPRIMES (POPCORN_REPRIMES) times in a row stops trying
-    (its device has one state, or one that priming does not reach); the canary still says which state each row was
-    timed in."""
-    us = measure(timer)
-    if us is None:
-        return None
-    state = _state.get(timer.device)
-    first = state is None
-    if first:
-        state = _state[timer.device] = [us, 0]
-    if first or (us > state[0] * (1 + STATES_APART) and state[1] < reprimes(REPRIMES)):
-        again = measure(timer) if reopen(timer.device) is None else None
-        if not first:
-            back = again is not None and again <= state[0] * (1 + STATES_APART)
-            state[1] = 0 if back else state[1] + 1
-        us = again if again is not None else us
-    state[0] = min(state[0], us)
-    return us
-
-
 class Graph:
     """A captured CUDA graph, how many calls one replay makes, and what it reads: a replay reads and writes
     the addresses captured, so the input copies must live as long as the graph (freed, the allocator hands
@@ -547,7 +429,8 @@ def measure(fn: Callable, arguments: dict, grad: bool, device: torch.device) -> 
     per process and host time is the CPU's, so they run beside other workers' trials, with the warm-ups,
     in one shared hold: a pair waits for the lane twice, not once per step. Graph capture runs nothing on
     the device and holds no lane (it is host work: 0.02-0.04 s a pair on an H100, run 12)."""
-    prime(device)
+    if device_state() == PRIMED:
+        prime(device)
     step = Step(fn, arguments, grad)
     pair = step.backward_pair() if grad else (None, None)
     timer = CudaTimer(device) if device.type == "cuda" else None

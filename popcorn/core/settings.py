@@ -11,6 +11,7 @@ so a variable set after ``import popcorn`` still takes effect.
 | POPCORN_LIVE_WAIT_S | how long a ``--live`` fill with nothing to measure waits for a subscriber | 5 |
 | POPCORN_LANE_DIR | where fills on one device share its lanes across processes (``off``: they do not) | <tmp>/popcorn-lanes on CUDA; off on CPU |
 | POPCORN_SHARED_HOLDS | the most shared-lane holds (correctness trials, warm-ups) a parallel fill grants at once | no limit |
+| POPCORN_DEVICE_STATE | the device state timings are taken in: primed, unprimed (as a process alone) or off (as found) | primed |
 | POPCORN_REPRIMES | re-primes in a row that fail before a timing process stops restoring the primed state (0: never) | 3 |
 """
 
@@ -90,10 +91,25 @@ def shared_holds() -> int | None:
     return n
 
 
+PRIMED, UNPRIMED, OFF = "primed", "unprimed", "off"
+DEVICE_STATES = (PRIMED, UNPRIMED, OFF)
+
+
+def device_state() -> str:
+    """POPCORN_DEVICE_STATE: which of a device's two states timings are taken in (:mod:`popcorn.bench.device_state`):
+    ``primed`` (another CUDA context opened after the timing process's own; the default), ``unprimed`` (a process
+    alone, as training runs) or ``off`` (as found: no context opened, nothing undone). Anything else is refused."""
+    raw = os.environ.get("POPCORN_DEVICE_STATE") or PRIMED
+    if raw not in DEVICE_STATES:
+        raise ValueError(f"POPCORN_DEVICE_STATE={raw!r} is not one of {', '.join(DEVICE_STATES)}; unset it ({PRIMED}) "
+                         f"or give one of those")
+    return raw
+
+
 def reprimes(default: int) -> int:
     """POPCORN_REPRIMES, a whole number >= 0, else ``default``; anything else is refused, naming the variable.
     How many re-primes in a row that do not bring a timing process's canary back it tries before it stops
-    (:func:`popcorn.bench.timing.settle`; each opens a CUDA context while the device is held, about 0.2 s)."""
+    (:func:`popcorn.bench.device_state.settle`; each opens a CUDA context while the device is held, 0.1-0.3 s)."""
     raw = os.environ.get("POPCORN_REPRIMES")
     if not raw:
         return default

@@ -62,13 +62,14 @@ def test_every_cuda_timing_carries_the_canary_of_its_hold():
 def test_the_canary_repeats_within_the_states_margin_right_after_settle():
     # settle keeps a state by comparing canaries: two in a row, with nothing between, must agree within
     # STATES_APART or every hold would re-prime
-    from popcorn.bench import timing
+    from popcorn.bench import device_state
+    from popcorn.bench.timing import CudaTimer
 
-    timer = timing.CudaTimer(torch.device("cuda"))
-    timing.canary(timer)
-    settled_us = timing.settle(timer)
-    again = [timing.canary_us(timer) for _ in range(3)]
-    assert all(abs(a / settled_us - 1) <= timing.STATES_APART for a in again), (settled_us, again)
+    timer = CudaTimer(torch.device("cuda"))
+    device_state.canary(timer)
+    settled_us = device_state.settle(timer)
+    again = [device_state.canary_us(timer) for _ in range(3)]
+    assert all(abs(a / settled_us - 1) <= device_state.STATES_APART for a in again), (settled_us, again)
 
 
 def test_unwritten_output_fails_on_cuda():
@@ -106,12 +107,12 @@ def test_a_host_stall_inside_a_call_is_not_timed():
 
 
 def test_prime_opens_another_context_on_the_device():
-    from popcorn.bench import timing
+    from popcorn.bench import device_state
 
     dev = torch.device("cuda", torch.cuda.current_device())
     torch.ones(1, device=dev)
-    timing._primed.discard(dev)
-    assert timing.prime(dev) is True
+    device_state._primed.discard(dev)
+    assert device_state.prime(dev) is True
 
 
 def test_graph_replays_read_live_inputs_after_the_capture_returns():

@@ -73,16 +73,18 @@ def test_paired_samples_go_on_until_every_column_settles():
 def test_prime_is_skipped_on_cpu_and_survives_a_machine_without_a_driver():
     import torch
 
-    from popcorn.bench import timing
+    from popcorn.bench import device_state
 
-    assert timing.prime(torch.device("cpu")) is False
+    assert device_state.prime(torch.device("cpu")) is False
     # no libcuda here: the helper fails and the fill goes on unprimed, once per device
-    timing._primed.discard(torch.device("cuda", 0))
+    device_state._primed.discard(torch.device("cuda", 0))
     if not torch.cuda.is_available():
         with pytest.warns(RuntimeWarning, match="times unprimed"):  # said once: the rows go on unprimed
-            assert timing.prime(torch.device("cuda", 0)) is False
-    assert torch.device("cuda", 0) in timing._primed
-    assert timing.prime(torch.device("cuda", 0)) is False  # once per process
+            assert device_state.prime(torch.device("cuda", 0)) is False
+    assert torch.device("cuda", 0) in device_state._primed
+    assert device_state.prime(torch.device("cuda", 0)) is False  # once per process
+    if not torch.cuda.is_available():  # nothing to undo without a driver
+        assert device_state.unprime(torch.device("cuda", 0)) is False
 
 
 def test_clock_up_spins_until_the_clock_is_up_or_stops_rising():
@@ -148,7 +150,7 @@ class Device:
 
 
 def settle(dev, fails=False):
-    from popcorn.bench.timing import settle
+    from popcorn.bench.device_state import settle
 
     return settle(dev, measure=dev.measure, reopen=lambda d: dev.reopen(d, fails))
 
@@ -168,7 +170,7 @@ def test_settle_leaves_a_device_of_one_state_alone_after_its_first_hold():
 
 
 def test_settle_stops_re_priming_a_process_whose_re_primes_do_not_bring_the_state_back():
-    from popcorn.bench.timing import REPRIMES
+    from popcorn.bench.device_state import REPRIMES
 
     dev = Device(1.29, 1.29, *[1.47, 1.47] * REPRIMES, 1.47)
     settle(dev)
@@ -177,7 +179,7 @@ def test_settle_stops_re_priming_a_process_whose_re_primes_do_not_bring_the_stat
 
 
 def test_settle_with_a_failing_helper_times_on_and_counts_the_failure():
-    from popcorn.bench.timing import REPRIMES
+    from popcorn.bench.device_state import REPRIMES
 
     dev = Device(1.29, *[1.47] * (REPRIMES + 1))
     assert settle(dev, fails=True) == 1.29  # no second canary when the helper failed
@@ -194,3 +196,21 @@ def test_settle_with_reprimes_off_primes_only_in_the_first_hold(monkeypatch):
     monkeypatch.setenv("POPCORN_REPRIMES", "0")
     dev = Device(1.47, 1.29, 1.47, 1.47)
     assert [settle(dev), settle(dev), settle(dev)] == [1.29, 1.47, 1.47] and dev.opened == 1
+
+
+def test_settle_unprimed_undoes_the_state_every_hold_and_never_opens_a_context(monkeypatch):
+    from popcorn.bench.device_state import settle
+
+    monkeypatch.setenv("POPCORN_DEVICE_STATE", "unprimed")
+    dev, lost = Device(1.47, 1.29, 1.47), []
+    got = [settle(dev, measure=dev.measure, reopen=dev.reopen, undo=lost.append) for _ in range(3)]
+    assert got == [1.47, 1.29, 1.47] and lost == [dev.device] * 3 and dev.opened == 0  # as found, after undoing
+
+
+def test_settle_off_times_the_canary_as_found(monkeypatch):
+    from popcorn.bench.device_state import settle
+
+    monkeypatch.setenv("POPCORN_DEVICE_STATE", "off")
+    dev, lost = Device(1.47, 1.29), []
+    assert [settle(dev, measure=dev.measure, reopen=dev.reopen, undo=lost.append) for _ in range(2)] == [1.47, 1.29]
+    assert dev.opened == 0 and lost == []

@@ -56,3 +56,16 @@ def test_reprimes_is_a_whole_number_or_the_default(monkeypatch):
         monkeypatch.setenv("POPCORN_REPRIMES", bad)
         with pytest.raises(ValueError, match=f"POPCORN_REPRIMES='{bad}' is not a whole number"):
             reprimes(3)
+
+
+def test_device_state_is_one_of_three_or_primed(monkeypatch):
+    from popcorn.core.settings import device_state
+
+    monkeypatch.delenv("POPCORN_DEVICE_STATE", raising=False)
+    assert device_state() == "primed"
+    for ok in ("primed", "unprimed", "off"):
+        monkeypatch.setenv("POPCORN_DEVICE_STATE", ok)
+        assert device_state() == ok
+    monkeypatch.setenv("POPCORN_DEVICE_STATE", "fast")
+    with pytest.raises(ValueError, match="POPCORN_DEVICE_STATE='fast' is not one of primed, unprimed, off"):
+        device_state()
