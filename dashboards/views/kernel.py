@@ -152,7 +152,7 @@ def coverage_section(op, rows: pd.DataFrame) -> None:
 
 
 CASE_COLUMNS = ["impl", "case", "dtype", "grad", "status", "reason", "fwd_ms", "bwd_ms", "step_ms", "speedup",
-                "step_speedup", "fwd_mem_mb", "step_mem_mb", "err_ratio", "device", "current", "ts"]
+                "step_speedup", "fwd_mem_mb", "step_mem_mb", "err_ratio", "device", "canary_us", "current", "ts"]
 
 
 def case_table(rows: pd.DataFrame) -> None:
@@ -169,6 +169,8 @@ def case_table(rows: pd.DataFrame) -> None:
         "fwd_ms": st.column_config.NumberColumn(format="%.4f"),
         "bwd_ms": st.column_config.NumberColumn(format="%.4f"),
         "step_ms": st.column_config.NumberColumn(format="%.4f"),
+        "canary_us": st.column_config.NumberColumn("canary us", format="%.3f",
+                                                   help="the device state a row was timed in (popcorn.bench.device_state)"),
     })
     st.caption(f"{len(shown):,} of {len(rows):,} rows; click a column header to sort.")
 

@@ -75,6 +75,7 @@ def test_kernel_page_shows_math_curves_coverage_and_cases(app):
     assert names(coverage) == {"compile", "liger"}
     cases = at.dataframe[-1].value  # the case table, last on the page
     assert set(cases["status"]) == {"pass", "fail"} and "reason" in cases
+    assert set(cases.loc[cases["status"] == "pass", "canary_us"].dropna()) == {1.29}  # the state each was timed in
     assert not (cases["impl"] == "fla").any()
 
     at.checkbox(key="stale").check().run()  # stale rows on request
