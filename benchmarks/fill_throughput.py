@@ -41,7 +41,7 @@ from popcorn.bench.fill import fill  # noqa: E402
 from popcorn.bench.sinks import ShardSink  # noqa: E402
 from popcorn.bench.summary import lane_states  # noqa: E402
 from popcorn.kernels import OPS  # noqa: E402
-from popcorn.schema import REFERENCE  # noqa: E402
+from popcorn.schema import REFERENCE, STATES_APART  # noqa: E402
 
 
 class Quiet:
@@ -99,10 +99,11 @@ def ratios(base: dict, other: dict, column: str) -> dict:
     return out
 
 
-def by_canary(a: dict, p: dict, column: str, like: float = 0.05) -> list[str]:
+def by_canary(a: dict, p: dict, column: str, like: float = STATES_APART) -> tuple[dict, list[str]]:
     """Parallel over serial ``column`` split by the two rows' canaries (``canary_us``, timed in the same hold as
     the samples): whether a pair's disagreement is the device state it was timed in (like states: canaries within
-    ``like``), not the fill that timed it. Each run's canaries first: how many states a run timed in."""
+    ``like``), not the fill that timed it. Returns (state -> spread, for the JSON) and the lines to print, each
+    run's canaries first: how many states a run timed in."""
     lines = []
     for label, rows in (("serial", a), ("parallel", p)):
         cs = sorted(r.canary_us for r in rows.values() if r.canary_us)
@@ -116,9 +117,9 @@ def by_canary(a: dict, p: dict, column: str, like: float = 0.05) -> list[str]:
         state = ("no canary" if not (ca and cp) else "like states" if abs(math.log(cp / ca)) <= like
                  else "parallel's canary faster" if cp < ca else "parallel's canary slower")
         out.setdefault(state, []).append(ratio)
-    for state, rs in sorted(out.items()):
-        lines.append(f"{state:<26} {len(rs):>4} pairs  {column} parallel / serial {spread(rs)}")
-    return lines
+    spreads = {state: spread(rs) for state, rs in sorted(out.items())}
+    lines += [f"{state:<26} {sp['n']:>4} pairs  {column} parallel / serial {sp}" for state, sp in spreads.items()]
+    return spreads, lines
 
 
 def speedups(rows: dict, column: str) -> dict:
@@ -292,8 +293,10 @@ def main() -> int:
         for line in furthest(a["rows"], b["rows"], p["rows"], "fwd_ms"):
             print("  " + line, flush=True)
         print("\nforward, parallel / serial, by the state the canary says each side was timed in:")
-        for line in by_canary(a["rows"], p["rows"], "fwd_ms"):
+        agreement["fwd_ms by canary"], lines = by_canary(a["rows"], p["rows"], "fwd_ms")
+        for line in lines:
             print("  " + line, flush=True)
+        write_json()
         print("\nforward, parallel / serial, by the parallel worker that timed it:")
         for line in by_worker(a["rows"], p["rows"], p["timed_by"], "fwd_ms"):
             print("  " + line, flush=True)
