@@ -68,6 +68,7 @@ def one_fill(ops, limit: int, workers: int, trials: int, root: Path, label: str,
             "phases_s": {k: round(v, 1) for k, v in b["phases"].items()}, "per_pair": b["per_pair"],
             "lanes": {k: round(v, 2) for k, v in (b["lanes"] or {}).items()}, "by_status": by_status,
             "retried_alone": b["retried_alone"], "idle_worker_gib": b["idle_worker_gib"], "recycled": b["recycled"],
+            "states": summary.states(),
             "rows": {(r.op, r.impl, r.case_id, r.grad): r for r in rows},
             "timed_by": by_start_order(summary.worker_starts, summary.timed_by)}
 
@@ -233,6 +234,8 @@ def main() -> int:
               f"much: {run['recycled']}", flush=True)
         if run["lanes"]:
             print(f"{'':<22} {lane_states(run['lanes'])}", flush=True)
+        if run["states"]:
+            print(f"{'':<22} {run['states']}", flush=True)
         for impl, c in run["per_pair"].items():  # where each backend's worker time goes, per pair
             print(f"{'':<22} {impl:<10} {c['pairs']:>5} pairs, s/pair: "
                   + " ".join(f"{k}={c[k]:.2f}" for k in c if k != "pairs"), flush=True)

@@ -299,6 +299,8 @@ class _Runner:
                     setattr(row, f"ref_{k}", getattr(ref, k))
             self.learn(task, row, order)
             self.summary.add(task.op, task.impl, row.status)
+            if row.canary_us:
+                self.summary.canaries.append(row.canary_us)
             self.pending.append(row)
         if self.progress is not None:
             self.progress(task, row, self.summary)

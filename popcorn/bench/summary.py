@@ -18,6 +18,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
+from popcorn.schema import STATES_APART
+
 from .arbiter import LANE_STATES
 from .record import STATUSES, Record
 
@@ -72,6 +74,7 @@ class Summary:
     recycled: int = 0  # idle workers stopped for holding too much device memory
     worker_starts: dict = field(default_factory=dict)  # worker pid -> when it started (monotonic s), in start order
     timed_by: dict = field(default_factory=dict)  # (op, impl, case_id, grad) -> the pid of the worker that ran it
+    canaries: list = field(default_factory=list)  # the canary_us of every timed row: the device states it timed in
 
     def footprint(self, slot: int, nbytes: int) -> None:
         self.footprints[slot] = max(nbytes, self.footprints.get(slot, 0))
@@ -106,6 +109,17 @@ class Summary:
                 "retried_beside": self.retried_beside, "retried_alone": self.retried_alone,
                 "recycled": self.recycled, "idle_worker_gib": (round(statistics.median(self.footprints.values()) / 2**30, 2),
                                     round(max(self.footprints.values()) / 2**30, 2)) if self.footprints else None}
+
+    def states(self) -> str | None:
+        """The device states the fill's rows were timed in, by their canaries (:mod:`popcorn.bench.device_state`):
+        the range, and how many rows lie more than STATES_APART above the fastest; None without canaries."""
+        if not self.canaries:
+            return None
+        low = min(self.canaries)
+        apart = sum(c > low * (1 + STATES_APART) for c in self.canaries)
+        return (f"device state (canary us per call): {low:.3f} to {max(self.canaries):.3f}, median "
+                f"{statistics.median(self.canaries):.3f}; {apart} of {len(self.canaries)} timed row(s) more than "
+                f"{STATES_APART:.0%} above the fastest")
 
     def add(self, op: str, impl: str, what: str) -> None:
         c = self.counts.setdefault((op, impl), {})
@@ -150,6 +164,8 @@ class Summary:
             if b["idle_worker_gib"]:
                 lines.append("device memory an idle worker held, at most (GiB): median %.2f, max %.2f of the workers; "
                              % b["idle_worker_gib"] + f"{self.recycled} worker(s) stopped for holding too much")
+            if self.states():
+                lines.append(self.states())
             if self.retried_beside or self.retried_alone:
                 lines.append(f"{self.retried_beside} pair(s) out of memory beside other cases retried after every "
                              f"other case, side by side; {self.retried_alone} of them then with the device to themselves")

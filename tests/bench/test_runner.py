@@ -403,3 +403,14 @@ def test_an_oom_beside_other_cases_is_retried_alone_after_every_other_case_ran(t
     assert [r.case_id for r in written if r.status == "oom"] == [ooms[0].case.case_id]
     assert all("retried alone" in r.reason for r in written if r.status == "oom")
     assert len(written) == runner.summary.measured
+
+
+def test_the_summary_says_which_device_states_the_rows_were_timed_in():
+    from popcorn.bench.summary import Summary
+
+    summary = Summary()
+    assert summary.states() is None  # CPU rows carry no canary
+    summary.canaries += [1.29, 1.30, 1.47]
+    assert "1.290 to 1.470" in summary.states() and "1 of 3 timed row(s) more than 5% above" in summary.states()
+    summary.add("rms_norm", "torch", "pass")
+    assert summary.states() in summary.table()
