@@ -72,6 +72,14 @@ def test_the_canary_repeats_within_the_states_margin_right_after_settle():
     assert all(abs(a / settled_us - 1) <= device_state.STATES_APART for a in again), (settled_us, again)
 
 
+def test_unprime_loads_a_module_and_makes_a_stream_on_the_process_context():
+    from popcorn.bench import device_state
+
+    torch.ones(1, device="cuda").add_(1)  # this thread's context is current
+    assert device_state.unprime(torch.device("cuda")) is True
+    assert torch.ones(1, device="cuda").add_(1).item() == 2.0  # the context still works after
+
+
 def test_unwritten_output_fails_on_cuda():
     from popcorn.bench.compare import check
 
