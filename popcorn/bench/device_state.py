@@ -5,7 +5,7 @@ pairs; an H200 the same, 14%): a process alone on its device times in the slower
 context has been opened on the device after the process's own, in the faster one (run 6, run 15). What loses the
 faster state again is not yet measured (``benchmarks/clock_probe.py --decay`` and ``--after-events``). A fill
 therefore times a fixed tiny call, the canary, first in every timing hold and keeps its time in the row
-(``canary_us``), and :func:`settle` brings the state POPCORN_DEVICE_STATE asks for about before it.
+(``canary_us``), after :func:`settle` has brought about the state POPCORN_DEVICE_STATE asks for.
 """
 
 from __future__ import annotations

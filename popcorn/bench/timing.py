@@ -514,7 +514,7 @@ def _cuda_samples(timer: CudaTimer, step: Step, pair: tuple, graphs: dict,
     samples: dict = {}
     name = "cuda-events"
     with lane.hold(lane.EXCLUSIVE):
-        with lane.phase("clock"):  # the device's clock up, and the state the canary says restored
+        with lane.phase("clock"):  # the clock up, then the state POPCORN_DEVICE_STATE asks for, by the canary
             clock_up(timer.device)
             state = settle(timer)
         est = timer._estimate(step.forward)
