@@ -517,13 +517,19 @@ def _graph_on_new_stream() -> None:
     graph.reset()
 
 
+def _unprime() -> None:
+    if not unprime(torch.device("cuda")):
+        raise RuntimeError("device_state.unprime did not run")
+
+
 def after_events(timer: CudaTimer) -> None:
     """What a fill's worker does between ``device_state.prime`` and its timings that the probes' processes never did,
-    each followed by the tiny call, in one primed process: first calls of new torch kernels (lazy module
-    loading), a Triton kernel compiled and launched, 1 GiB allocated and given back to the driver, a graph captured
-    on a new stream and destroyed, 16 new streams; then another context opened (prime's effect again). Run 15:
-    every serial fill timed tiny calls as an unprimed process (0.0089 against 0.0078 ms for rms_norm fp32, the
-    probe's 1.47 against 1.29 us), though each primes before its first timing."""
+    in one process, each from the primed state (another context opened just before) and followed by the tiny
+    call, then again 2 s later: nothing (the control), first calls of new torch kernels (lazy module loading), a
+    Triton kernel compiled and launched, 1 GiB allocated and given back to the driver, a graph captured on a new
+    stream and destroyed, 16 new streams, and the fill's own ``device_state.unprime``. Run 15: every serial fill
+    timed tiny calls as an unprimed process (0.0089 against 0.0078 ms for rms_norm fp32, the probe's 1.47 against
+    1.29 us), though each primes before its first timing."""
     _, est, graph = tiny_graph(timer)
 
     def row(label: str) -> None:
@@ -533,26 +539,21 @@ def after_events(timer: CudaTimer) -> None:
     print(f"\n{'tiny call (us), one process, after':<48} {'median':>8} {'q20-q80':>14}  SM/mem/gfx/video MHz, P-state, "
           "reasons")
     row("nothing (unprimed)")
-    ok = prime(torch.device("cuda"))
-    time.sleep(0.5)
-    row(f"device_state.prime ({'ok' if ok else 'FAILED'})")
     streams = []
-    for label, event in (("new torch kernels' first calls", _new_torch_kernels), ("a Triton kernel compiled, run",
-                         _triton_kernel), ("1 GiB allocated, freed, cache emptied", _alloc_free),
+    for label, event in (("nothing", lambda: None), ("new torch kernels' first calls", _new_torch_kernels),
+                         ("a Triton kernel compiled, run", _triton_kernel),
+                         ("1 GiB allocated, freed, cache emptied", _alloc_free),
                          ("a graph on a new stream, destroyed", _graph_on_new_stream),
-                         ("16 new streams", lambda: streams.extend(torch.cuda.Stream() for _ in range(16)))):
+                         ("16 new streams", lambda: streams.extend(torch.cuda.Stream() for _ in range(16))),
+                         ("device_state.unprime", _unprime)):
+        row(f"another context opened ({open_contexts(1, 'many'):.1f} s)")
         try:
             event()
         except Exception as e:  # noqa: BLE001 - say it, go on with the next
             label += f" ({type(e).__name__})"
-        row(label)
-        row("  and 2 s later")
+        row(f"  then {label}")
         time.sleep(2.0)
-    took = open_contexts(1, "many")
-    row(f"one more context opened ({took:.1f} s)")
-    for _ in range(2):  # the fill's own undoing (POPCORN_DEVICE_STATE=unprimed), then priming again
-        row(f"device_state.unprime ({'ran' if unprime(torch.device('cuda')) else 'FAILED'})")
-        row(f"another context opened ({open_contexts(1, 'many'):.1f} s)")
+        row("  and 2 s later")
     graph.reset()
 
 
