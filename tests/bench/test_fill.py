@@ -215,3 +215,10 @@ def test_cli_fill_stops_on_sigterm_to_its_process_group_and_writes_what_finished
     bad: list = []
     kept = store.read("rms_norm", root=shard, bad=bad)
     assert not bad and 2 <= len(kept) == measured < 6 and all(r.status == "pass" for r in kept)
+
+
+def test_a_malformed_device_state_stops_the_fill_before_any_pair(monkeypatch):
+    monkeypatch.setenv("POPCORN_DEVICE_STATE", "warm")
+    with pytest.raises(ValueError, match="POPCORN_DEVICE_STATE='warm' is not one of primed, unprimed, off"):
+        run(["torch"])
+    assert rows("torch") == []
