@@ -221,4 +221,8 @@ def test_a_malformed_device_state_stops_the_fill_before_any_pair(monkeypatch):
     monkeypatch.setenv("POPCORN_DEVICE_STATE", "warm")
     with pytest.raises(ValueError, match="POPCORN_DEVICE_STATE='warm' is not one of primed, unprimed, off"):
         run(["torch"])
+    monkeypatch.setenv("POPCORN_DEVICE_STATE", "unprimed")
+    monkeypatch.setenv("POPCORN_REPRIMES", "-1")
+    with pytest.raises(ValueError, match="POPCORN_REPRIMES='-1' is not a whole number"):
+        run(["torch"])
     assert rows("torch") == []
