@@ -43,7 +43,7 @@ def clocks() -> tuple[int, int] | None:
     return sm_clock(torch.device("cuda", torch.cuda.current_device()))
 
 
-def device_state() -> str:
+def nvml_state() -> str:
     """The clocks NVML reports (SM, memory, graphics, video in MHz), the performance state and the clock event
     reasons (a bit mask: idle, power cap, thermal...): what a binary fast/slow state might be; '-' without NVML."""
     got = _nvml_of(torch.device("cuda", torch.cuda.current_device()))
@@ -465,7 +465,7 @@ def decay(timer: CudaTimer, seconds: float, every: float = 5.0) -> None:
         for i in range(n):
             med, q20, q80 = quantiles(timer.replay(graph, est))
             print(f"{f'{label}, {time.perf_counter() - t0:5.1f} s after':<40} {med * 1e3:>8.2f} "
-                  f"{q20 * 1e3:>6.2f}-{q80 * 1e3:<6.2f}  {device_state()}", flush=True)
+                  f"{q20 * 1e3:>6.2f}-{q80 * 1e3:<6.2f}  {nvml_state()}", flush=True)
             if i < n - 1:
                 time.sleep(every)
 
@@ -534,7 +534,7 @@ def after_events(timer: CudaTimer) -> None:
 
     def row(label: str) -> None:
         med, q20, q80 = quantiles(timer.replay(graph, est))
-        print(f"{label:<48} {med * 1e3:>8.2f} {q20 * 1e3:>6.2f}-{q80 * 1e3:<6.2f}  {device_state()}", flush=True)
+        print(f"{label:<48} {med * 1e3:>8.2f} {q20 * 1e3:>6.2f}-{q80 * 1e3:<6.2f}  {nvml_state()}", flush=True)
 
     print(f"\n{'tiny call (us), one process, after':<48} {'median':>8} {'q20-q80':>14}  SM/mem/gfx/video MHz, P-state, "
           "reasons")

@@ -56,17 +56,23 @@ def prime(device: torch.device, timeout_s: float = 30.0) -> bool:
     --opened-after, H100 in run 15: 1.47 to 1.29 us, and 4 or 12 contexts no further). A parallel fill's workers
     always see their siblings' contexts; a serial fill's lone worker primes itself so both time in one state
     (:func:`settle` restores it where a process has lost it).
-    Runs once per device and process; returns whether the helper ran and succeeded (a CPU device, a
-    second call or a failed helper skip it)."""
+    Runs once per device and process (the probes' priming; a fill primes in :func:`settle`); returns whether
+    the helper ran and succeeded (a CPU device, a second call or a failed helper skip it)."""
     if device.type != "cuda" or device in _primed:
         return False
     _primed.add(device)
     with lane.hold(lane.SHARED):  # opening a context is device work: never beside another worker's timing
         failed = _open_context(device, timeout_s)
-    if failed:  # said, not raised: the rows' canary_us shows which state this process then timed in
-        warnings.warn(f"device_state.prime: the helper that opens a second CUDA context on {device} failed ({failed}); "
-                      f"this process (pid {os.getpid()}) times unprimed", RuntimeWarning, stacklevel=2)
+    _say_unprimed(device, failed)
     return failed is None
+
+
+def _say_unprimed(device, failed: str | None) -> None:
+    """Warn (once per process and device: a fill's first hold or a probe's prime) that the helper failed; said,
+    not raised: the rows' canary_us shows which state the process then timed in."""
+    if failed:
+        warnings.warn(f"device_state: the helper that opens a second CUDA context on {device} failed ({failed}); "
+                      f"this process (pid {os.getpid()}) times unprimed", RuntimeWarning, stacklevel=3)
 
 
 # The canary: a fixed tiny call (a fp16 mul of this shape, 1.3-1.6 us a call on an H100), graph-replayed.
@@ -133,8 +139,11 @@ def settle(timer, measure=canary_us, reopen=_open_context, undo=None) -> float |
     if first:
         state = _state[timer.device] = [us, 0]
     if first or (us > state[0] * (1 + STATES_APART) and state[1] < reprimes(REPRIMES)):
-        again = measure(timer) if reopen(timer.device) is None else None
-        if not first:
+        failed = reopen(timer.device)
+        again = measure(timer) if failed is None else None
+        if first:
+            _say_unprimed(timer.device, failed)
+        else:
             back = again is not None and again <= state[0] * (1 + STATES_APART)
             state[1] = 0 if back else state[1] + 1
         us = again if again is not None else us

@@ -44,7 +44,9 @@ def fill(ops: list[Op], *, backends: list[str] | None = None, limit: int | None 
     :func:`default_workers` for the device). ``observer``: follows the fill (the live stream): the plan,
     each pair counted, the end; of the cached rows it sees only a ``slice_spec`` fill's."""
     sink = sink or UserCacheSink()
-    device_state(), reprimes(0)  # a malformed POPCORN_DEVICE_STATE or _REPRIMES stops the fill here, not each pair
+    # a malformed POPCORN_DEVICE_STATE or POPCORN_REPRIMES stops the fill here, not as an error row per pair
+    device_state()
+    reprimes(0)
     try:
         try:
             tasks = plan_tasks(ops, sink.cached, backends=backends, limit=limit, slice_spec=slice_spec,

@@ -23,11 +23,11 @@ from typing import Callable
 
 import torch
 
-from popcorn.core.settings import PRIMED, device_state, settings
+from popcorn.core.settings import settings
 
 from . import lane
 from .calls import cotangents, graded, leaves_of, outputs_of, prepare
-from .device_state import canary, prime, settle
+from .device_state import canary, settle
 
 GRAPH_BELOW_MS = 1.0  # below this, per-call events carry launch gaps and L2 luck: replay graphs instead
 MIN_REPS, MAX_REPS = 10, 2000
@@ -429,8 +429,6 @@ def measure(fn: Callable, arguments: dict, grad: bool, device: torch.device) -> 
     per process and host time is the CPU's, so they run beside other workers' trials, with the warm-ups,
     in one shared hold: a pair waits for the lane twice, not once per step. Graph capture runs nothing on
     the device and holds no lane (it is host work: 0.02-0.04 s a pair on an H100, run 12)."""
-    if device_state() == PRIMED:
-        prime(device)
     step = Step(fn, arguments, grad)
     pair = step.backward_pair() if grad else (None, None)
     timer = CudaTimer(device) if device.type == "cuda" else None
