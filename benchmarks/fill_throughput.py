@@ -40,6 +40,7 @@ from popcorn.bench import store  # noqa: E402
 from popcorn.bench.fill import fill  # noqa: E402
 from popcorn.bench.sinks import ShardSink  # noqa: E402
 from popcorn.bench.summary import lane_states  # noqa: E402
+from popcorn.core.settings import DEVICE_STATES  # noqa: E402
 from popcorn.kernels import OPS  # noqa: E402
 from popcorn.schema import REFERENCE, STATES_APART  # noqa: E402
 
@@ -103,15 +104,8 @@ def ratios(base: dict, other: dict, column: str) -> dict:
 def by_canary(a: dict, p: dict, column: str, like: float = STATES_APART) -> tuple[dict, list[str]]:
     """Parallel over serial ``column`` split by the two rows' canaries (``canary_us``, timed in the same hold as
     the samples): whether a pair's disagreement is the device state it was timed in (like states: canaries within
-    ``like``), not the fill that timed it. Returns (state -> spread, for the JSON) and the lines to print, each
-    run's canaries first: how many states a run timed in."""
-    lines = []
-    for label, rows in (("serial", a), ("parallel", p)):
-        cs = sorted(r.canary_us for r in rows.values() if r.canary_us)
-        if cs:
-            q = statistics.quantiles(cs, n=10, method="inclusive") if len(cs) > 1 else [cs[0]] * 9
-            lines.append(f"{label} canaries (us): n {len(cs)}  min {cs[0]:.3f}  q10 {q[0]:.3f}  median "
-                         f"{statistics.median(cs):.3f}  q90 {q[8]:.3f}  max {cs[-1]:.3f}")
+    ``like``), not the fill that timed it (each run's own range of canaries is its summary's ``states``). Returns
+    (state -> spread, for the JSON) and the lines to print."""
     out: dict = {}
     for key, ratio in ratios(a, p, column).items():
         ca, cp = a[key].canary_us, p[key].canary_us
@@ -119,8 +113,7 @@ def by_canary(a: dict, p: dict, column: str, like: float = STATES_APART) -> tupl
                  else "parallel's canary faster" if cp < ca else "parallel's canary slower")
         out.setdefault(state, []).append(ratio)
     spreads = {state: spread(rs) for state, rs in sorted(out.items())}
-    lines += [f"{state:<26} {sp['n']:>4} pairs  {column} parallel / serial {sp}" for state, sp in spreads.items()]
-    return spreads, lines
+    return spreads, [f"{state:<26} {sp['n']:>4} pairs  {column} parallel / serial {sp}" for state, sp in spreads.items()]
 
 
 def speedups(rows: dict, column: str) -> dict:
@@ -204,7 +197,7 @@ def main() -> int:
     ap.add_argument("--keep", type=Path, help="copy each run's shards here (DIR/<run>/<op>.jsonl): evidence to merge")
     ap.add_argument("--shared-holds", type=int, metavar="N", help="grant at most N shared-lane holds at once "
                     "(POPCORN_SHARED_HOLDS): whether fewer processes time-slicing the device gets more done")
-    ap.add_argument("--state", choices=("primed", "unprimed", "off"), help="POPCORN_DEVICE_STATE for every fill: "
+    ap.add_argument("--state", choices=DEVICE_STATES, help="POPCORN_DEVICE_STATE for every fill: "
                     "the device state timings are taken in (popcorn.bench.device_state)")
     ap.add_argument("--reprimes", type=int, metavar="N", help="POPCORN_REPRIMES for every fill: re-primes in a row "
                     "that fail before a worker stops restoring the primed state (0: the first hold's alone)")
