@@ -164,8 +164,8 @@ class Summary:
             if b["idle_worker_gib"]:
                 lines.append("device memory an idle worker held, at most (GiB): median %.2f, max %.2f of the workers; "
                              % b["idle_worker_gib"] + f"{self.recycled} worker(s) stopped for holding too much")
-            if self.states():
-                lines.append(self.states())
+            if states := self.states():
+                lines.append(states)
             if self.retried_beside or self.retried_alone:
                 lines.append(f"{self.retried_beside} pair(s) out of memory beside other cases retried after every "
                              f"other case, side by side; {self.retried_alone} of them then with the device to themselves")
