@@ -512,8 +512,8 @@ class Slot:
         runner.summary.timed_by[(task.op, task.impl, task.case.case_id, task.grad)] = worker.proc.pid
         if last:
             self.idle(worker)
-        if not ok:  # the case left the CUDA context unusable: start afresh
-            self.stop_worker(kill=True)
+        if not ok:  # the case left the CUDA context unusable: start afresh (it answered: no lane held)
+            self.stop_worker(kill=True, answered=True)
         if "error" in row_dict:  # raised outside the harness's own handling
             return self.failed(task, OOM if row_dict.get("oom") else "error", f"worker: {row_dict['error']}")
         return Record.from_dict(row_dict)
@@ -522,10 +522,12 @@ class Slot:
         op = resolve_op(task.message())
         return row_from(op, task.impl, task.case, task.grad, status, reason, torch.device(task.device))
 
-    def stop_worker(self, kill: bool = False) -> None:
+    def stop_worker(self, kill: bool = False, answered: bool = False) -> None:
+        """Close the slot's worker, or ``kill`` it; a killed worker that ``answered`` its last message (so holds
+        no lane) is torn down in a shared hold, never beside a timing."""
         worker, self.worker = self.worker, None
         if worker is not None:
-            worker.kill() if kill else worker.close()
+            worker.kill(in_shared_hold=answered) if kill else worker.close()
             if self.runner.arbiter is not None:  # its memory went with it; a fresh worker holds its context
                 self.runner.arbiter.beyond(self.index, 0)
 

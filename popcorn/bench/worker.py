@@ -301,7 +301,12 @@ class Worker:
         self.kill()
         return None if task is None else crash_row(task, f"worker died ({how}) during the case")
 
-    def kill(self) -> None:
+    def kill(self, in_shared_hold: bool = False) -> None:
+        """Stop the process now. ``in_shared_hold``: first wait for a shared hold of its slot, so that its
+        context's teardown (device work) never runs beside another worker's timing. Only for a worker that
+        answered and holds no lane: a hung one may itself wait for a lane, which that hold would wait behind."""
+        if in_shared_hold:
+            self._hold_shared()
         if self.proc.is_alive():
             self.proc.kill()
         self.proc.join(10)
@@ -312,17 +317,21 @@ class Worker:
     def close(self) -> None:
         """Let the worker leave; in a parallel fill in a shared hold of its slot (its context is torn down:
         device work, never beside another worker's timing), which :meth:`kill` drops."""
-        if self.arbiter is not None:
-            try:
-                self.arbiter.acquire(self.slot, lane.SHARED)
-            except Closed:  # the fill is stopping: nothing is timed any more
-                pass
+        self._hold_shared()
         try:
             self.conn.send(None)
             self.proc.join(10)
         except (BrokenPipeError, OSError):
             pass
         self.kill()
+
+    def _hold_shared(self) -> None:
+        """A shared hold for the slot, which :meth:`kill` drops with the rest of its lanes."""
+        if self.arbiter is not None:
+            try:
+                self.arbiter.acquire(self.slot, lane.SHARED)
+            except Closed:  # the fill is stopping: nothing is timed any more
+                pass
 
 
 def row_from(op, impl: str, case: Case, grad: bool, status: str, reason: str, device: torch.device) -> Record:

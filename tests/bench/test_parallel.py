@@ -9,6 +9,7 @@ import time
 import types
 
 import pytest
+import torch
 
 from popcorn.bench import lane, store
 from popcorn.bench.arbiter import Arbiter
@@ -364,3 +365,19 @@ def test_timings_queued_before_a_trial_run_back_to_back_before_it():
     assert second_timing.wait(10) and not trial.wait(0.2)  # the queued timing goes first
     arbiter.release(2)
     assert trial.wait(10)
+
+
+def test_a_worker_killed_after_it_answered_is_torn_down_in_a_shared_hold(tmp_path):
+    # a case that leaves the CUDA context unusable kills its worker: the context's teardown is device work,
+    # so it waits for the timing in progress and no timing starts until the process is gone
+    from popcorn.bench.worker import Worker
+
+    arbiter = Arbiter()
+    worker = Worker(torch.device("cpu"), tmp_path / "sentinels", slot=0, arbiter=arbiter)
+    arbiter.acquire(1, EXCLUSIVE)  # another slot times
+    killed = threading.Event()
+    threading.Thread(target=lambda: (worker.kill(in_shared_hold=True), killed.set()), daemon=True).start()
+    assert not killed.wait(0.5) and worker.proc.is_alive()  # waits for the timing
+    arbiter.release(1)
+    assert killed.wait(30) and not worker.proc.is_alive()
+    assert not arbiter._shared and arbiter._exclusive is None  # the hold went with the worker
