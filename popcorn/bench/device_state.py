@@ -2,8 +2,8 @@
 
 A tiny call's time has two states on one device (an H100: 1.29 or 1.47 us a call, 12-17% apart for latency-bound
 pairs; an H200 the same, 14%): a process alone on its device times in the slower one, and once another CUDA
-context has been opened on the device after the process's own, in the faster one (run 6, run 15). What loses the
-faster state again is not yet measured (``benchmarks/clock_probe.py --decay`` and ``--after-events``). A fill
+context has been opened on the device after the process's own, in the faster one (run 6, run 15). A CUDA graph
+captured, replayed and destroyed (what every graph-timed pair does) takes it back to the slower one (run 16). A fill
 therefore times a fixed tiny call, the canary, first in every timing hold and keeps its time in the row
 (``canary_us``), after :func:`settle` has brought about the state POPCORN_DEVICE_STATE asks for.
 """
@@ -119,7 +119,7 @@ def settle(timer, measure=canary_us, reopen=_open_context, undo=None) -> float |
 
     ``primed`` (the default): run 15 (H100) found tiny calls of one parallel worker and one case 12-17% apart,
     seconds apart, as a fresh process's are before and after :func:`prime`, and every serial fill timed as
-    unprimed though it primes first. So a process's first hold opens another context (nothing else runs on the
+    unprimed though it primes first (each pair's graphs undo it: run 16). So a process's first hold opens another context (nothing else runs on the
     device meanwhile) and times the canary again: the faster of the two is the state to time in. In a later hold,
     a canary more than STATES_APART slower than the fastest this process has timed is re-primed the same way, once
     per hold. A process whose re-primes fail REPRIMES (POPCORN_REPRIMES) times in a row stops trying (its device
@@ -151,38 +151,25 @@ def settle(timer, measure=canary_us, reopen=_open_context, undo=None) -> float |
     return us
 
 
-# A do-nothing kernel in PTX, which the driver compiles for the device it loads on (and caches).
-_NOP_PTX = b"""
-.version 6.0
-.target sm_50
-.address_size 64
-.visible .entry popcorn_nop()
-{
-    ret;
-}
-"""
-
-
 def unprime(device) -> bool:
-    """What a fill's worker does between priming and timing and probes' processes did not (run 15's suspects for
-    losing the primed state): a module loaded and unloaded (every library or inductor kernel a warm-up compiles
-    is one) and a stream made and destroyed, on ``device``'s context (this process's, current on this thread).
-    Whether either does is ``benchmarks/clock_probe.py --after-events``' question; the canary says so per row.
-    Returns whether both ran (False: no driver, no current context)."""
-    import ctypes
-
+    """Take this process back to the slower state, as every pair's timing does: a tiny graph captured on a stream
+    of its own, replayed once and destroyed. Run 16 (H100, ``benchmarks/clock_probe.py --after-events``): of what a
+    fill's worker does between priming and timing, only that took a primed process back (1.38 to 1.58 us a call; a
+    fresh process: 1.57). First calls of new torch kernels, a Triton compile, 1 GiB freed, 16 new streams, and a
+    module loaded and unloaded with a stream made and destroyed (this function before) left it primed. The caller
+    holds the device alone. Returns whether it ran (False off CUDA or where the capture fails)."""
+    device = torch.device(device)
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return False
     try:
-        cuda = ctypes.CDLL("libcuda.so.1")
-    except OSError:
+        x = torch.zeros(64, device=device)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=torch.cuda.Stream(device)):
+            x.add_(1)
+        graph.replay()
+        torch.cuda.synchronize(device)
+        graph.reset()
+    except Exception:  # noqa: BLE001 - the canary says which state the samples were then taken in
+        torch.cuda.synchronize(device)
         return False
-    ctx, module = ctypes.c_void_p(), ctypes.c_void_p()
-    if cuda.cuCtxGetCurrent(ctypes.byref(ctx)) != 0 or not ctx.value:
-        return False
-    loaded = cuda.cuModuleLoadData(ctypes.byref(module), ctypes.c_char_p(_NOP_PTX)) == 0
-    if loaded:
-        cuda.cuModuleUnload(module)
-    stream = ctypes.c_void_p()
-    made = cuda.cuStreamCreate(ctypes.byref(stream), 1) == 0  # CU_STREAM_NON_BLOCKING
-    if made:
-        cuda.cuStreamDestroy_v2(stream)
-    return loaded and made
+    return True
