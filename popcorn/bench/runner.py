@@ -364,7 +364,7 @@ class Slot:
     def loop(self) -> None:
         runner = self.runner
         try:
-            while (group := runner.next_group()) is not None:
+            while (group := self.supervised(runner.next_group)) is not None:
                 self.measure_group(group)
         except Closed:
             return  # the fill is stopping
@@ -394,13 +394,22 @@ class Slot:
                 if row is not None and row.status == OOM and arbiter is not None and self.beside_others():
                     runner.defer(order, task)  # other cases or workers may have taken its memory
                     continue
-                runner.done(order, task, row)
+                self.supervised(runner.done, order, task, row)
         finally:
             self.now_doing(None)
             if arbiter is not None:
                 if kept:  # the group's last task was pruned: the memory goes back before others are lent it
                     self.release_case()
                 arbiter.unreserve(self.index)
+
+    def supervised(self, call, *args):
+        """``call(*args)``, its seconds counted as ``supervisor``: the fill's own work between a slot's tasks (picking
+        a case, counting and writing rows), which waits for the runner's lock that every slot shares."""
+        t0 = time.monotonic()
+        try:
+            return call(*args)
+        finally:
+            self.runner.summary.spent({"supervisor": time.monotonic() - t0})
 
     def beside_others(self) -> bool:
         """Whether other cases or other workers hold device memory: an OOM now need not be the case's own (run 13,

@@ -26,12 +26,13 @@ from .record import STATUSES, Record
 if TYPE_CHECKING:
     from .tasks import Task, Tasks
 
-# worker seconds by what they went to: a task's phases (its worker's clocks), "startup" (a worker's spawn and
-# imports, until it takes tasks), "lost" (tasks whose worker was killed or died: a timeout, a crash) and
-# "memory" (a slot waiting for device memory: its case's reservation, or the whole device to retry an OOM
-# alone); breakdown()'s "idle" is the rest (slots with no case left to take, the pipe)
-PHASES = ("warmup", "autotune", "truth", "trials", "prep", "capture", "clock", "timing", "cleanup", "wait", "memory",
-          "startup", "lost")
+# worker seconds by what they went to: a task's phases (its worker's clocks; "other": the task's time outside
+# them), "startup" (a worker's spawn and imports, until it takes tasks), "lost" (tasks whose worker was killed or
+# died: a timeout, a crash) and "memory" (a slot waiting for device memory: its case's reservation, or the whole
+# device to retry an OOM alone), "supervisor" (the fill's own work between a slot's tasks: picking a case,
+# counting and writing rows); breakdown()'s "idle" is the rest (slots with no case left to take, the pipe)
+PHASES = ("warmup", "autotune", "truth", "trials", "prep", "capture", "clock", "timing", "cleanup", "wait", "other",
+          "memory", "supervisor", "startup", "lost")
 
 # progress(task, row, summary) after each task taken: ``row`` is the measured Record, None when pruned
 Progress = Callable[["Task", "Record | None", "Summary"], None]

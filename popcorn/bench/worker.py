@@ -201,6 +201,7 @@ def serve(conn, sentinel: str, device: str, lanes: bool = False, compile_threads
             _CACHE.enter(None)
             conn.send(("released", held, footprint(dev)))
             continue
+        t0 = time.perf_counter()
         path.write_text(json.dumps(task))
         lane.take_clock()
         try:
@@ -209,7 +210,8 @@ def serve(conn, sentinel: str, device: str, lanes: bool = False, compile_threads
             row = {"error": describe(e), "oom": is_oom(e)}
         ok = probe(dev)
         path.unlink(missing_ok=True)
-        conn.send((row, ok, lane.take_clock(), footprint(dev)))
+        used = footprint(dev)
+        conn.send((row, ok, lane.other(time.perf_counter() - t0), used))
 
 
 # -- the supervisor's side -------------------------------------------------------------------------

@@ -64,6 +64,9 @@ def test_a_hang_costs_one_timeout_row_and_prunes_larger_cases(workers):
     hang = b["per_pair"]["toy:hang"]
     assert hang["lost"] * hang["pairs"] >= 20 and b["phases"]["lost"] >= 20  # at least the 20 s watchdog
     assert b["phases"]["startup"] > 0 and "idle" in b["phases"] and "lost" in summary.table()
+    # a task's time outside its named phases, and the fill's own between tasks, are named too, not idle
+    assert b["phases"]["other"] > 0 and b["phases"]["supervisor"] > 0 and "supervisor" in summary.table()
+    assert b["per_pair"]["torch"]["other"] > 0
 
 
 @workers
