@@ -98,7 +98,8 @@ DEVICE_STATES = (PRIMED, UNPRIMED, OFF)
 def device_state() -> str:
     """POPCORN_DEVICE_STATE: which of a device's two states timings are taken in (:mod:`popcorn.bench.device_state`):
     ``primed`` (another CUDA context opened after the timing process's own; the default), ``unprimed`` (a process
-    alone, as training runs: a graph destroyed first) or ``off`` (as found: no context opened, nothing undone). Anything else is refused."""
+    alone, as training runs: a graph destroyed first) or ``off`` (as found: no context opened, nothing undone).
+    Anything else is refused."""
     raw = os.environ.get("POPCORN_DEVICE_STATE") or PRIMED
     if raw not in DEVICE_STATES:
         raise ValueError(f"POPCORN_DEVICE_STATE={raw!r} is not one of {', '.join(DEVICE_STATES)}; unset it ({PRIMED}) "
