@@ -122,8 +122,8 @@ def settle(timer, measure=canary_us, reopen=_open_context, undo=None) -> float |
     unprimed though it primes first (each pair's graphs undo it: run 16). So a process's first hold opens another
     context (nothing else runs on the device meanwhile) and times the canary again: the faster of the two is the
     state to time in. In a later hold, a canary more than STATES_APART slower than the fastest this process has
-    timed is re-primed the same way, once per hold. A process whose re-primes fail REPRIMES (POPCORN_REPRIMES) times in a row stops trying (its device
-    has one state, or one that priming does not reach).
+    timed is re-primed the same way, once per hold. A process whose re-primes fail REPRIMES (POPCORN_REPRIMES)
+    times in a row stops trying (its device has one state, or one that priming does not reach).
     ``unprimed``: the state of a process alone on its device, as training runs: :func:`unprime` first, every hold.
     ``off``: the state as found. Whatever the policy, the canary says which state each row was timed in."""
     policy = device_state()
