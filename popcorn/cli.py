@@ -150,7 +150,7 @@ def _plan(args) -> int:
     if _unknown_ops(args.ops, OPS):
         return 2
     return run_plan([OPS[n] for n in args.ops], memory_gib=args.device_memory, curves=args.curves_only,
-                    strata=args.stratum, cases=not args.summary)
+                    strata=args.stratum, cases=not args.summary, points=args.points)
 
 
 def _publish(args) -> int:
@@ -321,6 +321,8 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument("--device-memory", type=float, metavar="GIB",
                     help="plan for a device of this many GiB (default: this machine's device; an H200 has 141)")
     pl.add_argument("--curves-only", action="store_true", help="the named curves alone, as a release fill")
+    pl.add_argument("--points", type=_positive, metavar="N", help="each named curve's N smallest points alone, as "
+                    "`bench fill --points N`")
     pl.add_argument("--stratum", action="append", help="only this stratum (repeatable), e.g. production-bfloat16-grad")
     pl.add_argument("--summary", action="store_true", help="counts per stratum and curve, no case lines")
     pl.set_defaults(run=_plan)

@@ -21,10 +21,11 @@ class PlanSummary:
     footprint: dict[tuple[str, bool], int] = field(default_factory=dict)  # (case_id, grad) -> bytes
 
 
-def summarize(op, device_bytes: int, *, curves: bool = False, strata: list[str] | None = None) -> PlanSummary:
+def summarize(op, device_bytes: int, *, curves: bool = False, strata: list[str] | None = None,
+              points: int | None = None) -> PlanSummary:
     the_plan = planning.case_plan(op, device_bytes)
-    if curves:
-        the_plan = planning.curves_only(the_plan)
+    if curves or points:  # as a fill's plan: `bench fill --points` implies the curves
+        the_plan = planning.curves_only(the_plan, points)
     if strata:
         the_plan = planning.only_strata(the_plan, strata)
     out = PlanSummary(op.name, device_bytes, curves=the_plan.curves, dropped=the_plan.dropped)
@@ -54,8 +55,14 @@ def format_plan(s: PlanSummary, cases: bool = True) -> str:
     return "\n".join(lines)
 
 
+def pairs(s: PlanSummary, backends: int) -> int:
+    """Case-backend pairs a fill of the plan would measure with ``backends`` backends installed (all the op
+    registers), less those static gates exclude."""
+    return sum(len(ps) for ps in s.strata.values()) * backends - sum(s.gated.values())
+
+
 def run_plan(ops, *, memory_gib: float | None = None, curves: bool = False, strata: list[str] | None = None,
-             cases: bool = True, out=sys.stdout) -> int:
+             cases: bool = True, points: int | None = None, out=sys.stdout) -> int:
     if memory_gib is None:
         import torch
 
@@ -64,6 +71,13 @@ def run_plan(ops, *, memory_gib: float | None = None, curves: bool = False, stra
         device_bytes_ = device_bytes(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
     else:
         device_bytes_ = int(memory_gib * 2**30)
+    total_cases = total_pairs = 0
     for op in ops:
-        print(format_plan(summarize(op, device_bytes_, curves=curves, strata=strata), cases), file=out)
+        s = summarize(op, device_bytes_, curves=curves, strata=strata, points=points)
+        print(format_plan(s, cases), file=out)
+        total_cases += sum(len(ps) for ps in s.strata.values())
+        total_pairs += pairs(s, len(op.implementations))
+    if len(ops) > 1:
+        print(f"{len(ops)} ops: {total_cases} planned cases, {total_pairs} case-backend pairs with every registered "
+              f"backend installed, less those gated at plan time", file=out)
     return 0

@@ -36,6 +36,27 @@ def test_plan_counts_the_pairs_static_gates_remove():
     assert "sdpa:cudnn 0" not in gated and "torch 0" in gated  # cuDNN refuses fp32 cases before any tensor exists
 
 
+def test_plan_with_points_is_the_fills_plan_and_totals_its_pairs():
+    # `bench plan --points 2` shows what `bench fill --points 2` (the cheapest release fill) would measure
+    from popcorn.bench.tasks import _plan_of
+
+    out = cli("bench", "plan", "rms_norm", "softmax", "--device-memory", "141", "--points", "2", "--summary")
+    assert out.returncode == 0, out.stderr
+    budget = 141 * 2**30
+    fills = {name: len(_plan_of(OPS[name], budget, None, False, None, points=2).cases)
+             for name in ("rms_norm", "softmax")}
+    full = len(_plan_of(OPS["softmax"], budget, None, True, None).cases)
+    assert fills["softmax"] < full
+    for name, n in fills.items():
+        assert f"{name}: {n} planned cases" in out.stdout
+    cases = sum(fills.values())
+    pairs = sum(n * len(OPS[name].implementations) for name, n in fills.items())
+    gated = sum(int(g.rsplit(" ", 1)[1]) for line in out.stdout.splitlines()
+                if line.startswith("  gated at plan time (pairs, per backend): ")
+                for g in line.split(": ", 1)[1].split(", "))
+    assert f"2 ops: {cases} planned cases, {pairs - gated} case-backend pairs" in out.stdout
+
+
 def test_watchdog_budgets_have_a_compile_floor_and_grow_with_the_case():
     op = OPS["rms_norm"]
 
