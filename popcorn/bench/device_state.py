@@ -109,48 +109,6 @@ def canary_us(timer) -> float | None:
         return None
 
 
-REPRIMES = 3  # re-primes in a row that do not bring the canary back, after which a process stops (POPCORN_REPRIMES)
-_state: dict = {}  # device -> [the fastest canary this process has timed (us), re-primes in a row that failed]
-
-
-def settle(timer, measure=canary_us, reopen=_open_context, undo=None) -> float | None:
-    """The canary's us in the state the samples will be taken in, that state brought about as POPCORN_DEVICE_STATE
-    asks (:func:`popcorn.core.settings.device_state`); the caller holds the device alone.
-
-    ``primed`` (the default): run 15 (H100) found tiny calls of one parallel worker and one case 12-17% apart,
-    seconds apart, as a fresh process's are before and after :func:`prime`, and every serial fill timed as
-    unprimed though it primes first (each pair's graphs undo it: run 16). So a process's first hold opens another
-    context (nothing else runs on the device meanwhile) and times the canary again: the faster of the two is the
-    state to time in. In a later hold, a canary more than STATES_APART slower than the fastest this process has
-    timed is re-primed the same way, once per hold. A process whose re-primes fail REPRIMES (POPCORN_REPRIMES)
-    times in a row stops trying (its device has one state, or one that priming does not reach).
-    ``unprimed``: the state of a process alone on its device, as training runs: :func:`unprime` first, every hold.
-    ``off``: the state as found. Whatever the policy, the canary says which state each row was timed in."""
-    policy = device_state()
-    if policy == UNPRIMED:
-        (undo or unprime)(timer.device)
-    if policy != PRIMED:
-        return measure(timer)
-    us = measure(timer)
-    if us is None:
-        return None
-    state = _state.get(timer.device)
-    first = state is None
-    if first:
-        state = _state[timer.device] = [us, 0]
-    if first or (us > state[0] * (1 + STATES_APART) and state[1] < reprimes(REPRIMES)):
-        failed = reopen(timer.device)
-        again = measure(timer) if failed is None else None
-        if first:
-            _say_unprimed(timer.device, failed)
-        else:
-            back = again is not None and again <= state[0] * (1 + STATES_APART)
-            state[1] = 0 if back else state[1] + 1
-        us = again if again is not None else us
-    state[0] = min(state[0], us)
-    return us
-
-
 def unprime(device) -> bool:
     """Take this process back to the slower state, as every pair's timing does: a tiny graph captured on a stream
     of its own, replayed once and destroyed. Run 16 (H100, ``benchmarks/clock_probe.py --after-events``): of what a
@@ -173,3 +131,45 @@ def unprime(device) -> bool:
         torch.cuda.synchronize(device)
         return False
     return True
+
+
+REPRIMES = 3  # re-primes in a row that do not bring the canary back, after which a process stops (POPCORN_REPRIMES)
+_state: dict = {}  # device -> [the fastest canary this process has timed (us), re-primes in a row that failed]
+
+
+def settle(timer, measure=canary_us, reopen=_open_context, undo=unprime) -> float | None:
+    """The canary's us in the state the samples will be taken in, that state brought about as POPCORN_DEVICE_STATE
+    asks (:func:`popcorn.core.settings.device_state`); the caller holds the device alone.
+
+    ``primed`` (the default): run 15 (H100) found tiny calls of one parallel worker and one case 12-17% apart,
+    seconds apart, as a fresh process's are before and after :func:`prime`, and every serial fill timed as
+    unprimed though it primes first (each pair's graphs undo it: run 16). So a process's first hold opens another
+    context (nothing else runs on the device meanwhile) and times the canary again: the faster of the two is the
+    state to time in. In a later hold, a canary more than STATES_APART slower than the fastest this process has
+    timed is re-primed the same way, once per hold. A process whose re-primes fail REPRIMES (POPCORN_REPRIMES)
+    times in a row stops trying (its device has one state, or one that priming does not reach).
+    ``unprimed``: the state of a process alone on its device, as training runs: :func:`unprime` first, every hold.
+    ``off``: the state as found. Whatever the policy, the canary says which state each row was timed in."""
+    policy = device_state()
+    if policy == UNPRIMED:
+        undo(timer.device)
+    if policy != PRIMED:
+        return measure(timer)
+    us = measure(timer)
+    if us is None:
+        return None
+    state = _state.get(timer.device)
+    first = state is None
+    if first:
+        state = _state[timer.device] = [us, 0]
+    if first or (us > state[0] * (1 + STATES_APART) and state[1] < reprimes(REPRIMES)):
+        failed = reopen(timer.device)
+        again = measure(timer) if failed is None else None
+        if first:
+            _say_unprimed(timer.device, failed)
+        else:
+            back = again is not None and again <= state[0] * (1 + STATES_APART)
+            state[1] = 0 if back else state[1] + 1
+        us = again if again is not None else us
+    state[0] = min(state[0], us)
+    return us

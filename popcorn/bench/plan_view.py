@@ -20,6 +20,15 @@ class PlanSummary:
     gated: dict[str, int] = field(default_factory=dict)  # backend -> pairs excluded at plan time
     footprint: dict[tuple[str, bool], int] = field(default_factory=dict)  # (case_id, grad) -> bytes
 
+    @property
+    def case_count(self) -> int:
+        return sum(len(ps) for ps in self.strata.values())
+
+    def pairs(self, backends: int) -> int:
+        """Case-backend pairs a fill of the plan would measure with ``backends`` backends installed (all the op
+        registers), less those static gates exclude."""
+        return self.case_count * backends - sum(self.gated.values())
+
 
 def summarize(op, device_bytes: int, *, curves: bool = False, strata: list[str] | None = None,
               points: int | None = None) -> PlanSummary:
@@ -38,8 +47,7 @@ def summarize(op, device_bytes: int, *, curves: bool = False, strata: list[str] 
 
 
 def format_plan(s: PlanSummary, cases: bool = True) -> str:
-    total = sum(len(ps) for ps in s.strata.values())
-    lines = [f"{s.op}: {total} planned cases in {len(s.strata)} strata, {len(s.curves)} curves; "
+    lines = [f"{s.op}: {s.case_count} planned cases in {len(s.strata)} strata, {len(s.curves)} curves; "
              f"{s.dropped} cases dropped (their correctness run cannot fit {s.device_bytes / 2**30:.0f} GiB)"]
     for stratum, ps in s.strata.items():
         size = {p.case.case_id: s.footprint[(p.case.case_id, p.grad)] for p in ps}
@@ -53,12 +61,6 @@ def format_plan(s: PlanSummary, cases: bool = True) -> str:
     gated = ", ".join(f"{name} {n}" for name, n in s.gated.items())
     lines.append(f"  gated at plan time (pairs, per backend): {gated}")
     return "\n".join(lines)
-
-
-def pairs(s: PlanSummary, backends: int) -> int:
-    """Case-backend pairs a fill of the plan would measure with ``backends`` backends installed (all the op
-    registers), less those static gates exclude."""
-    return sum(len(ps) for ps in s.strata.values()) * backends - sum(s.gated.values())
 
 
 def run_plan(ops, *, memory_gib: float | None = None, curves: bool = False, strata: list[str] | None = None,
@@ -75,8 +77,8 @@ def run_plan(ops, *, memory_gib: float | None = None, curves: bool = False, stra
     for op in ops:
         s = summarize(op, device_bytes_, curves=curves, strata=strata, points=points)
         print(format_plan(s, cases), file=out)
-        total_cases += sum(len(ps) for ps in s.strata.values())
-        total_pairs += pairs(s, len(op.implementations))
+        total_cases += s.case_count
+        total_pairs += s.pairs(len(op.implementations))
     if len(ops) > 1:
         print(f"{len(ops)} ops: {total_cases} planned cases, {total_pairs} case-backend pairs with every registered "
               f"backend installed, less those gated at plan time", file=out)
